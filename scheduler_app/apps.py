@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class SchedulerAppConfig(AppConfig):
+    name = "scheduler_app"
+    verbose_name = "Scheduler"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from scheduler_app import checks  # noqa: F401  (registers the system checks)
+
+        # Every installed app's tasks.py registers its @task functions.
+        autodiscover_modules("tasks")

@@ -1,0 +1,83 @@
+"""System checks for the SCHEDULER_APP setting and the task registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import Error, Tags, register
+
+from scheduler_app.conf import DEFAULTS, app_settings
+from scheduler_app.registry import all_tasks
+
+POSITIVE_NUMBERS = (
+    "POLL_INTERVAL",
+    "LEASE_SECONDS",
+    "SHUTDOWN_TIMEOUT",
+    "DATABASE_UNAVAILABLE_TIMEOUT",
+    "SUMMARY_INTERVAL",
+)
+POSITIVE_INTEGERS = ("CONCURRENCY", "CLAIM_BATCH_SIZE", "DEFAULT_MAX_ATTEMPTS")
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    user = getattr(settings, "SCHEDULER_APP", {})
+    if not isinstance(user, dict):
+        return [Error("SCHEDULER_APP must be a dict.", id="scheduler_app.E001")]
+    errors = [
+        Error(
+            "Unknown key %r in SCHEDULER_APP." % key,
+            hint="Known keys: %s." % ", ".join(sorted(DEFAULTS)),
+            id="scheduler_app.E001",
+        )
+        for key in sorted(set(user) - set(DEFAULTS))
+    ]
+    queues = app_settings.QUEUES
+    if (
+        not isinstance(queues, list | tuple)
+        or not queues
+        or not all(isinstance(q, str) and q and len(q) <= 100 for q in queues)
+    ):
+        errors.append(
+            Error(
+                "SCHEDULER_APP['QUEUES'] must be a non-empty list of queue names "
+                "(strings of 1 to 100 characters).",
+                id="scheduler_app.E002",
+            )
+        )
+    for name in POSITIVE_NUMBERS:
+        value = getattr(app_settings, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            errors.append(
+                Error("SCHEDULER_APP[%r] must be a positive number." % name, id="scheduler_app.E003")
+            )
+    for name in POSITIVE_INTEGERS:
+        value = getattr(app_settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            errors.append(
+                Error(
+                    "SCHEDULER_APP[%r] must be a positive integer." % name, id="scheduler_app.E004"
+                )
+            )
+    margin = app_settings.UNDO_SAFETY_MARGIN
+    if isinstance(margin, bool) or not isinstance(margin, int | float) or margin < 0:
+        errors.append(
+            Error("SCHEDULER_APP['UNDO_SAFETY_MARGIN'] must be a number >= 0.", id="scheduler_app.E005")
+        )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    queues = app_settings.QUEUES
+    if not isinstance(queues, list | tuple):
+        return []
+    return [
+        Error(
+            "Task %r uses queue %r, which SCHEDULER_APP['QUEUES'] does not list." % (name, spec.queue),
+            id="scheduler_app.E010",
+        )
+        for name, spec in sorted(all_tasks().items())
+        if spec.queue not in queues
+    ]

@@ -1,0 +1,52 @@
+"""The one clock: everything in scheduler_app reads the time through now().
+
+Tests freeze and move it with ``frozen_clock``; worker subprocesses keep the
+real clock, so process tests stage expiry by moving rows' timestamps instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Iterator
+
+from django.utils import timezone
+
+_frozen_at: dt.datetime | None = None
+
+
+def now() -> dt.datetime:
+    """Return the current time, aware and in UTC."""
+    return _frozen_at if _frozen_at is not None else timezone.now()
+
+
+class FrozenClock:
+    """Handle returned by frozen_clock(); ``advance()`` moves the frozen time."""
+
+    def advance(self, delta: dt.timedelta) -> dt.datetime:
+        global _frozen_at
+        assert _frozen_at is not None
+        _frozen_at = _frozen_at + delta
+        return _frozen_at
+
+    def set(self, at: dt.datetime) -> None:
+        global _frozen_at
+        _frozen_at = _require_aware(at)
+
+
+@contextlib.contextmanager
+def frozen_clock(at: dt.datetime) -> Iterator[FrozenClock]:
+    """Freeze now() at ``at`` (aware) for the duration of the block."""
+    global _frozen_at
+    previous = _frozen_at
+    _frozen_at = _require_aware(at)
+    try:
+        yield FrozenClock()
+    finally:
+        _frozen_at = previous
+
+
+def _require_aware(at: dt.datetime) -> dt.datetime:
+    if timezone.is_naive(at):
+        raise ValueError("frozen_clock() needs an aware datetime")
+    return at.astimezone(dt.UTC)

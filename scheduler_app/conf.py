@@ -1,0 +1,65 @@
+"""A typed, lazy view of the ``SCHEDULER_APP`` setting.
+
+Read settings as ``app_settings.LEASE_SECONDS``; values are looked up on each
+access (cached until Django's ``setting_changed`` fires), so tests can use
+``override_settings``. Unknown keys are refused by system check E001.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+
+DEFAULTS: dict[str, Any] = {
+    # Queues a job may be scheduled on; anything else is refused.
+    "QUEUES": ["default"],
+    # Worker defaults (each one a runworker option too).
+    "CONCURRENCY": 4,
+    "CLAIM_BATCH_SIZE": 100,
+    "POLL_INTERVAL": 1.0,
+    "LEASE_SECONDS": 30.0,
+    "SHUTDOWN_TIMEOUT": 30.0,
+    # How long the database may stay unreachable before runworker exits non-zero.
+    "DATABASE_UNAVAILABLE_TIMEOUT": 60.0,
+    # Seconds between worker summary log lines.
+    "SUMMARY_INTERVAL": 60.0,
+    # Extra seconds added to an undo window, so a click at the last moment wins.
+    "UNDO_SAFETY_MARGIN": 2.0,
+    # Task defaults, overridable per task in @task(...).
+    "DEFAULT_MAX_ATTEMPTS": 3,
+    "DEFAULT_TIMEOUT": None,
+}
+
+
+class AppSettings:
+    """Attribute access to ``settings.SCHEDULER_APP`` merged over DEFAULTS."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        return getattr(settings, "SCHEDULER_APP", {}) or {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError("Unknown scheduler_app setting: %r" % name)
+        if name not in self._cache:
+            self._cache[name] = self.user_settings.get(name, DEFAULTS[name])
+        return self._cache[name]
+
+    def reload(self) -> None:
+        self._cache.clear()
+
+
+app_settings = AppSettings()
+
+
+def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "SCHEDULER_APP":
+        app_settings.reload()
+
+
+setting_changed.connect(_reload_on_change)

@@ -1,0 +1,97 @@
+"""PostgreSQL statements: SKIP LOCKED claim, batched finish, LISTEN/NOTIFY."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from django.db import connection
+
+from scheduler_app.models import Job, JobAttempt
+
+JOB = Job._meta.db_table
+ATTEMPT = JobAttempt._meta.db_table
+
+#: The channel workers LISTEN on; each payload is "<queue> <run_at epoch>".
+CHANNEL = "scheduler_app_jobs"
+
+CLAIM = f"""
+UPDATE {JOB} AS j
+SET status = 'running', worker_id = %(worker)s, lease_expires_at = %(lease)s,
+    started_at = %(now)s, attempts = j.attempts + 1, lease_token = j.lease_token + 1
+FROM (
+    SELECT id FROM {JOB}
+    WHERE status = 'pending' AND queue = ANY(%(queues)s) AND run_at <= %(now)s
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS due
+WHERE j.id = due.id
+RETURNING j.id, j.task_name, j.payload::text, j.payload_version, j.attempts, j.max_attempts,
+          j.scheduled_for, j.run_at, j.unique_key, j.lease_token, j.retry_later_deadline
+"""
+"""Claim up to `limit` due jobs. SKIP LOCKED so a slow claimer never blocks the
+others, and a row a cancel holds is skipped, not waited for."""
+
+FINISH = f"""
+WITH v AS (
+    SELECT * FROM unnest(
+        %s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::timestamptz[], %s::int[],
+        %s::text[], %s::timestamptz[], %s::text[], %s::timestamptz[],
+        %s::int[], %s::text[], %s::timestamptz[], %s::timestamptz[]
+    ) AS v(id, token, status, outcome, run_at, refund, error, finished_at, result, deadline,
+           attempt, task_name, due_at, started_at)
+), done AS (
+    UPDATE {JOB} AS j
+    SET status = v.status,
+        run_at = COALESCE(v.run_at, j.run_at),
+        attempts = j.attempts - v.refund,
+        finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE v.finished_at END,
+        last_error = v.error,
+        result = v.result::jsonb,
+        retry_later_deadline = COALESCE(v.deadline, j.retry_later_deadline),
+        worker_id = '', lease_expires_at = NULL
+    FROM v
+    WHERE j.id = v.id AND j.lease_token = v.token AND j.status = 'running'
+    RETURNING j.id
+)
+INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at, finished_at,
+                       outcome, error)
+SELECT v.id, v.attempt, v.task_name, %s, v.due_at, v.started_at, v.finished_at, v.outcome, v.error
+FROM v JOIN done ON done.id = v.id
+RETURNING job_id
+"""
+"""Record many finished attempts in one statement. The lease_token guard
+fences out a worker whose lease expired: its rows match nothing."""
+
+NOTIFY = "SELECT pg_notify(%s, %s)"
+"""Wake idle workers; inside a transaction it is delivered at commit."""
+
+
+def claim_jobs(
+    *, worker: str, queues: Sequence[str], limit: int, now: dt.datetime, lease: dt.datetime
+) -> list[tuple]:
+    """Claim up to ``limit`` due jobs for ``worker``; return their rows (see CLAIM)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            CLAIM,
+            {"worker": worker, "queues": list(queues), "limit": limit, "now": now, "lease": lease},
+        )
+        return cursor.fetchall()
+
+
+def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
+    """Apply finish rows (see worker.execution.Finish.as_row); return the job ids accepted."""
+    if not rows:
+        return set()
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    with connection.cursor() as cursor:
+        cursor.execute(FINISH, [*columns, worker])
+        return {row[0] for row in cursor.fetchall()}
+
+
+def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
+    """NOTIFY workers of each queue's earliest new run time."""
+    with connection.cursor() as cursor:
+        for queue, run_at in earliest_by_queue.items():
+            cursor.execute(NOTIFY, [CHANNEL, "%s %.6f" % (queue, run_at.timestamp())])

@@ -1,0 +1,117 @@
+"""SQLite statements: the same semantics with serialised writes.
+
+SQLite lets one writer in at a time, so the claim's single UPDATE is atomic
+without SKIP LOCKED. It suits development and single-host use; run
+production on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from django.db import connection, transaction
+
+from scheduler_app.models import Job, JobAttempt
+
+JOB = Job._meta.db_table
+ATTEMPT = JobAttempt._meta.db_table
+
+CLAIM = f"""
+UPDATE {JOB}
+SET status = 'running', worker_id = %s, lease_expires_at = %s, started_at = %s,
+    attempts = attempts + 1, lease_token = lease_token + 1
+WHERE id IN (
+    SELECT id FROM {JOB}
+    WHERE status = 'pending' AND queue IN ({{queues}}) AND run_at <= %s
+    ORDER BY priority, run_at, id
+    LIMIT %s
+)
+RETURNING id, task_name, payload, payload_version, attempts, max_attempts,
+          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline
+"""
+"""Claim up to `limit` due jobs in one write statement."""
+
+FINISH = f"""
+UPDATE {JOB}
+SET status = %s, run_at = COALESCE(%s, run_at), attempts = attempts - %s,
+    finished_at = %s, last_error = %s, result = %s,
+    retry_later_deadline = COALESCE(%s, retry_later_deadline),
+    worker_id = '', lease_expires_at = NULL
+WHERE id = %s AND lease_token = %s AND status = 'running'
+"""
+"""Record one finished attempt, fenced by the lease token."""
+
+INSERT_ATTEMPT = f"""
+INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at, finished_at,
+                       outcome, error)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+"""
+
+
+def claim_jobs(
+    *, worker: str, queues: Sequence[str], limit: int, now: dt.datetime, lease: dt.datetime
+) -> list[tuple]:
+    """Claim up to ``limit`` due jobs for ``worker``; return their rows."""
+    ops = connection.ops
+    sql = CLAIM.replace("{queues}", ", ".join(["%s"] * len(queues)))
+    params = [
+        worker,
+        ops.adapt_datetimefield_value(lease),
+        ops.adapt_datetimefield_value(now),
+        *queues,
+        ops.adapt_datetimefield_value(now),
+        limit,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [_convert(row) for row in rows]
+
+
+def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
+    """Apply finish rows (see worker.execution.Finish.as_row); return the job ids accepted."""
+    adapt = connection.ops.adapt_datetimefield_value
+    accepted = set()
+    with transaction.atomic(), connection.cursor() as cursor:
+        for (
+            job_id, token, status, outcome, run_at, refund, error, finished_at, result,
+            deadline, attempt, task_name, due_at, started_at,
+        ) in rows:
+            cursor.execute(
+                FINISH,
+                [
+                    status, adapt(run_at), refund,
+                    None if status == "pending" else adapt(finished_at),
+                    error, result, adapt(deadline), job_id, token,
+                ],
+            )
+            if cursor.rowcount:
+                accepted.add(job_id)
+                cursor.execute(
+                    INSERT_ATTEMPT,
+                    [
+                        job_id, attempt, task_name, worker, adapt(due_at), adapt(started_at),
+                        adapt(finished_at), outcome, error,
+                    ],
+                )
+    return accepted
+
+
+def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
+    """SQLite has no NOTIFY: workers find new jobs by polling."""
+
+
+def _convert(row: tuple) -> tuple:
+    """Turn SQLite's text timestamps into aware datetimes, as PostgreSQL returns them."""
+    parse = _parse_datetime
+    (job_id, task_name, payload, version, attempts, max_attempts, scheduled_for, run_at,
+     unique_key, token, deadline) = row
+    return (job_id, task_name, payload, version, attempts, max_attempts, parse(scheduled_for),
+            parse(run_at), unique_key, token, parse(deadline))
+
+
+def _parse_datetime(value: str | None) -> dt.datetime | None:
+    if value is None:
+        return None
+    return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)

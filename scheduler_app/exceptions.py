@@ -1,0 +1,118 @@
+"""The one exception tree of scheduler_app.
+
+Each class's docstring is its default message; ``code`` is the stable
+machine-readable code the REST API returns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+from typing import Any
+
+
+class SchedulerError(Exception):
+    """A scheduler_app error."""
+
+    code = "scheduler_error"
+
+    def __init__(self, message: str | None = None, **params: Any) -> None:
+        self.message = message or (self.__doc__ or "").strip()
+        self.params = params
+        super().__init__(self.message)
+
+
+class ValidationError(SchedulerError, ValueError):
+    """Invalid arguments."""
+
+    code = "invalid"
+
+
+class UnknownTask(ValidationError):
+    """No task is registered under this name."""
+
+    code = "unknown_task"
+
+
+class UnsupportedPayloadVersion(ValidationError):
+    """The task does not accept this payload version."""
+
+    code = "unsupported_payload_version"
+
+
+class UnknownQueue(ValidationError):
+    """This queue is not listed in SCHEDULER_APP['QUEUES']."""
+
+    code = "unknown_queue"
+
+
+class InvalidPayload(ValidationError):
+    """The payload cannot be stored as JSON."""
+
+    code = "invalid_payload"
+
+
+class InvalidSchedule(ValidationError):
+    """The requested run time is invalid."""
+
+    code = "invalid_schedule"
+
+
+class JobTimeout(SchedulerError):
+    """The job ran longer than its task's timeout."""
+
+    code = "timeout"
+
+
+class RetryLater(SchedulerError):  # noqa: N818 - it is a signal to the worker, not an error
+    """Raise from a handler to run the job again later without using an attempt.
+
+    Give ``delay`` (seconds or a timedelta) or ``retry_after``, the value of an
+    HTTP Retry-After header (delay-seconds or an HTTP date).
+    """
+
+    code = "retry_later"
+
+    def __init__(
+        self,
+        delay: float | dt.timedelta | None = None,
+        *,
+        retry_after: str | None = None,
+        reason: str = "",
+    ) -> None:
+        if (delay is None) == (retry_after is None):
+            raise ValueError("RetryLater needs exactly one of delay or retry_after")
+        self.delay = (
+            parse_retry_after(retry_after) if retry_after is not None else _as_timedelta(delay)
+        )
+        self.reason = reason
+        super().__init__("retry later in %ss%s" % (
+            round(self.delay.total_seconds(), 3), ": " + reason if reason else ""
+        ))
+
+
+def _as_timedelta(delay: float | dt.timedelta | None) -> dt.timedelta:
+    value = delay if isinstance(delay, dt.timedelta) else dt.timedelta(seconds=float(delay or 0))
+    if value < dt.timedelta(0):
+        raise ValueError("RetryLater delay must not be negative")
+    return value
+
+
+def parse_retry_after(value: str, *, now: dt.datetime | None = None) -> dt.timedelta:
+    """Return the delay an HTTP Retry-After value asks for (never negative).
+
+    Accepts delay-seconds (``"120"``) or an HTTP date
+    (``"Wed, 21 Oct 2026 07:28:00 GMT"``); anything else raises ValueError.
+    """
+    from scheduler_app.clock import now as clock_now
+
+    text = value.strip()
+    if text.isdigit():
+        return dt.timedelta(seconds=int(text))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError) as exc:
+        raise ValueError("Retry-After is neither seconds nor an HTTP date: %r" % value) from exc
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return max(when - (now or clock_now()), dt.timedelta(0))

@@ -1,0 +1,175 @@
+"""Jobs and their attempt history."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from scheduler_app import clock
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def pending(self) -> JobQuerySet:
+        """Return jobs waiting to run (due or not)."""
+        return self.filter(status=Job.Status.PENDING)
+
+    def due(self, now: dt.datetime | None = None) -> JobQuerySet:
+        """Return pending jobs whose run_at has come."""
+        return self.pending().filter(run_at__lte=now or clock.now())
+
+    def running(self) -> JobQuerySet:
+        """Return jobs claimed by a worker."""
+        return self.filter(status=Job.Status.RUNNING)
+
+    def expired_leases(self, now: dt.datetime | None = None) -> JobQuerySet:
+        """Return running jobs whose worker stopped renewing the lease."""
+        return self.running().filter(lease_expires_at__lt=now or clock.now())
+
+    def unfinished(self) -> JobQuerySet:
+        """Return jobs that are pending or running."""
+        return self.filter(status__in=Job.UNFINISHED)
+
+
+class Job(models.Model):
+    """One run of a task: scheduled, claimed by at most one worker at a time, finished."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("pending")
+        RUNNING = "running", _("running")
+        SUCCEEDED = "succeeded", _("succeeded")
+        FAILED = "failed", _("failed")
+        CANCELLED = "cancelled", _("cancelled")
+
+    UNFINISHED = (Status.PENDING, Status.RUNNING)
+
+    task_name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0, help_text=_("Lower runs first."))
+    payload = models.JSONField(default=dict, blank=True)
+    payload_version = models.PositiveSmallIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+
+    # scheduled_for never changes; run_at is when the next attempt may start.
+    scheduled_for = models.DateTimeField()
+    run_at = models.DateTimeField()
+    undo_deadline = models.DateTimeField(
+        null=True, blank=True, help_text=_("Cancelling before this time is an undo.")
+    )
+
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=3)
+    retry_later_deadline = models.DateTimeField(null=True, blank=True)
+
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # Fencing token: bumped on every claim; a completion must present the current one.
+    lease_token = models.BigIntegerField(default=0)
+
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="scheduler_jobs",
+    )
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(default=clock.now)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["unique_key"],
+                condition=Q(status__in=["pending", "running"]),
+                name="scheduler_job_unique_key_unfinished",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "running", "succeeded", "failed", "cancelled"]),
+                name="scheduler_job_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="scheduler_job_max_attempts_positive"
+            ),
+        ]
+        indexes = [
+            # Matches the claim query; only pending rows, so millions of
+            # finished rows cost nothing.
+            models.Index(
+                fields=["queue", "priority", "run_at", "id"],
+                condition=Q(status="pending"),
+                name="scheduler_job_claimable",
+            ),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="running"),
+                name="scheduler_job_leases",
+            ),
+            models.Index(fields=["owner", "-id"], name="scheduler_job_owner"),
+            models.Index(fields=["task_name", "status"], name="scheduler_job_task_status"),
+        ]
+
+    def __str__(self) -> str:
+        return "%s #%s (%s)" % (self.task_name, self.pk, self.status)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Return the key handlers use to make reruns safe: unique_key, else the job id."""
+        return self.unique_key or str(self.pk)
+
+    @property
+    def lateness(self) -> dt.timedelta | None:
+        """Return how late the latest attempt started relative to when it was due."""
+        return self.started_at - self.run_at if self.started_at else None
+
+
+class JobAttempt(models.Model):
+    """One attempt of a job: when it was due, when it ran, how it ended."""
+
+    class Outcome(models.TextChoices):
+        SUCCEEDED = "succeeded", _("succeeded")
+        FAILED = "failed", _("failed")
+        RETRIED = "retried", _("failed, will retry")
+        DEFERRED = "deferred", _("retry later (no attempt used)")
+        LEASE_EXPIRED = "lease_expired", _("lease expired")
+        INTERRUPTED = "interrupted", _("handed back at shutdown")
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_history")
+    attempt = models.PositiveIntegerField()
+    task_name = models.CharField(max_length=200)
+    worker_id = models.CharField(max_length=200, blank=True, default="")
+    due_at = models.DateTimeField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job", "id"]
+        indexes = [models.Index(fields=["task_name", "started_at"], name="scheduler_attempt_task")]
+
+    def __str__(self) -> str:
+        return "%s attempt %s: %s" % (self.job_id, self.attempt, self.outcome)
+
+    @property
+    def lateness(self) -> dt.timedelta:
+        """Return started_at - due_at."""
+        return self.started_at - self.due_at

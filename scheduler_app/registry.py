@@ -1,0 +1,141 @@
+"""The task registry: ``@task`` names a function and sets its defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+from scheduler_app.conf import app_settings
+from scheduler_app.exceptions import UnknownTask, UnsupportedPayloadVersion, ValidationError
+from scheduler_app.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobContext:
+    """What a handler receives: the job and the facts it needs to be idempotent."""
+
+    job_id: int
+    task_name: str
+    payload: Any
+    payload_version: int
+    attempt: int
+    #: The occurrence time the job was scheduled for (not "now"); reruns see the same value.
+    scheduled_for: dt.datetime
+    #: Stable across reruns: the caller's unique key if it gave one, else the job id.
+    idempotency_key: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TaskSpec:
+    """A registered task: its handler and the defaults its jobs are scheduled with."""
+
+    name: str
+    func: Callable[[JobContext], Any]
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 3
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY
+    timeout: dt.timedelta | None = None
+    payload_versions: frozenset[int] = frozenset({1})
+
+    def __call__(self, ctx: JobContext) -> Any:
+        return self.func(ctx)
+
+    @property
+    def current_payload_version(self) -> int:
+        """Return the version new jobs are scheduled with: the highest accepted one."""
+        return max(self.payload_versions)
+
+    def check_payload_version(self, version: int) -> None:
+        """Raise UnsupportedPayloadVersion unless this task accepts ``version``."""
+        if version not in self.payload_versions:
+            raise UnsupportedPayloadVersion(
+                "Task %r does not accept payload version %s (accepted: %s)."
+                % (self.name, version, ", ".join(map(str, sorted(self.payload_versions))))
+            )
+
+    def schedule(self, payload: Any = None, **kwargs: Any):  # type: ignore[no-untyped-def]
+        """Shortcut for ``scheduler_app.schedule(this_task, payload, ...)``."""
+        from scheduler_app.scheduling import schedule
+
+        return schedule(self, payload, **kwargs)
+
+
+_registry: dict[str, TaskSpec] = {}
+
+
+def task(
+    func: Callable[[JobContext], Any] | None = None,
+    *,
+    name: str | None = None,
+    queue: str = "default",
+    priority: int = 0,
+    max_attempts: int | None = None,
+    retry: RetryPolicy = DEFAULT_RETRY_POLICY,
+    timeout: float | dt.timedelta | None = None,
+    payload_versions: tuple[int, ...] | frozenset[int] = (1,),
+) -> Any:
+    """Register ``func`` as a task; use bare (``@task``) or with options.
+
+    The name defaults to ``module.qualname``; the other options are the
+    defaults every job of this task is scheduled with. ``priority``: lower
+    runs first. Returns the TaskSpec, which is still callable with a JobContext.
+    """
+
+    def register(f: Callable[[JobContext], Any]) -> TaskSpec:
+        spec = TaskSpec(
+            name=name or "%s.%s" % (f.__module__, f.__qualname__),
+            func=f,
+            queue=queue,
+            priority=priority,
+            max_attempts=(
+                max_attempts if max_attempts is not None else app_settings.DEFAULT_MAX_ATTEMPTS
+            ),
+            retry=retry,
+            timeout=_as_timeout(timeout if timeout is not None else app_settings.DEFAULT_TIMEOUT),
+            payload_versions=frozenset(payload_versions),
+        )
+        _validate(spec)
+        existing = _registry.get(spec.name)
+        if existing is not None and existing.func.__code__ is not f.__code__:
+            raise ValidationError("Another function is already registered as task %r." % spec.name)
+        _registry[spec.name] = spec
+        return spec
+
+    return register(func) if func is not None else register
+
+
+def get_task(name: str) -> TaskSpec:
+    """Return the TaskSpec registered as ``name``, or raise UnknownTask."""
+    try:
+        return _registry[name]
+    except KeyError:
+        raise UnknownTask("No task is registered as %r." % name) from None
+
+
+def all_tasks() -> dict[str, TaskSpec]:
+    """Return a copy of the registry, by task name."""
+    return dict(_registry)
+
+
+def _as_timeout(value: float | dt.timedelta | None) -> dt.timedelta | None:
+    if value is None or isinstance(value, dt.timedelta):
+        return value
+    return dt.timedelta(seconds=value)
+
+
+def _validate(spec: TaskSpec) -> None:
+    if spec.max_attempts < 1:
+        raise ValidationError("Task %r: max_attempts must be at least 1." % spec.name)
+    if not spec.payload_versions or any(
+        not isinstance(v, int) or v < 1 for v in spec.payload_versions
+    ):
+        raise ValidationError(
+            "Task %r: payload_versions must be positive integers." % spec.name
+        )
+    if spec.timeout is not None and spec.timeout <= dt.timedelta(0):
+        raise ValidationError("Task %r: timeout must be positive." % spec.name)
+    if len(spec.name) > 200:
+        raise ValidationError("Task name %r is longer than 200 characters." % spec.name)

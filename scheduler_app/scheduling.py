@@ -1,0 +1,278 @@
+"""schedule() and schedule_many(): create jobs inside the caller's transaction.
+
+Both write with the caller's database connection and open no transaction of
+their own, so a job scheduled inside ``transaction.atomic()`` exists only if
+that block commits.
+
+Unique keys: while a job with a given ``unique_key`` is pending or running,
+scheduling the same key again creates nothing and returns that job (its
+payload and time are left as they were). Once it has finished (succeeded,
+failed or cancelled) the key is free and a new job is created. A partial
+unique constraint enforces this in the database, so concurrent callers on
+different connections also end up with one job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.utils import timezone
+
+from scheduler_app import clock
+from scheduler_app.conf import app_settings
+from scheduler_app.db import notify_jobs_scheduled
+from scheduler_app.exceptions import (
+    InvalidPayload,
+    InvalidSchedule,
+    UnknownQueue,
+    ValidationError,
+)
+from scheduler_app.models import Job
+from scheduler_app.registry import TaskSpec, get_task
+
+SMALLINT_RANGE = range(-32768, 32768)
+# Unique-keyed jobs are looked up again after an insert that may have conflicted.
+LOOKUP_CHUNK = 500
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobRequest:
+    """One item of schedule_many(): its payload and what differs from the shared options."""
+
+    payload: Any = None
+    at: dt.datetime | None = None
+    delay: dt.timedelta | float | None = None
+    unique_key: str | None = None
+    owner: Any = None
+    priority: int | None = None
+
+
+def schedule(
+    task: TaskSpec | str,
+    payload: Any = None,
+    *,
+    at: dt.datetime | None = None,
+    delay: dt.timedelta | float | None = None,
+    undo_window: dt.timedelta | float | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    unique_key: str | None = None,
+    owner: Any = None,
+    payload_version: int | None = None,
+    max_attempts: int | None = None,
+) -> Job:
+    """Schedule one job of ``task`` now, ``at`` an aware datetime, or after ``delay``.
+
+    ``undo_window`` schedules it to run after the window plus
+    SCHEDULER_APP['UNDO_SAFETY_MARGIN'] and records the undo deadline, so
+    cancel() inside the window always wins. Returns the Job (the existing
+    one when ``unique_key`` matches an unfinished job). Raises a
+    scheduler_app ValidationError subclass for any invalid argument.
+    """
+    spec = _resolve_task(task)
+    now = clock.now()
+    run_at, undo_deadline = _run_time(at=at, delay=delay, undo_window=undo_window, now=now)
+    job = _build_job(
+        spec,
+        JobRequest(payload=payload, unique_key=unique_key, owner=owner, priority=priority),
+        run_at=run_at,
+        now=now,
+        queue=queue,
+        payload_version=payload_version,
+        max_attempts=max_attempts,
+    )
+    job.undo_deadline = undo_deadline
+    if unique_key is None:
+        job.save(force_insert=True)
+    else:
+        job = _insert_unique([job])[0]
+    notify_jobs_scheduled([job], now=now)
+    return job
+
+
+def schedule_many(
+    task: TaskSpec | str,
+    items: Iterable[JobRequest | Any],
+    *,
+    at: dt.datetime | None = None,
+    delay: dt.timedelta | float | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    owner: Any = None,
+    payload_version: int | None = None,
+    max_attempts: int | None = None,
+    batch_size: int = 1000,
+) -> list[Job]:
+    """Schedule many jobs of ``task`` with a few multi-row INSERTs.
+
+    Each item is a payload, or a JobRequest to give that item its own time,
+    unique key, owner or priority; the keyword arguments are the defaults.
+    Items are validated before anything is written, so one bad item
+    schedules nothing. Returns the jobs in item order (existing ones for
+    unique keys that matched an unfinished job).
+    """
+    spec = _resolve_task(task)
+    now = clock.now()
+    jobs = []
+    for item in items:
+        request = item if isinstance(item, JobRequest) else JobRequest(payload=item)
+        has_own_time = request.at is not None or request.delay is not None
+        run_at, _ = _run_time(
+            at=request.at if has_own_time else at,
+            delay=request.delay if has_own_time else delay,
+            undo_window=None,
+            now=now,
+        )
+        jobs.append(
+            _build_job(
+                spec,
+                dataclasses.replace(
+                    request,
+                    owner=request.owner if request.owner is not None else owner,
+                    priority=request.priority if request.priority is not None else priority,
+                ),
+                run_at=run_at,
+                now=now,
+                queue=queue,
+                payload_version=payload_version,
+                max_attempts=max_attempts,
+            )
+        )
+    if not jobs:
+        return []
+    keys = [job.unique_key for job in jobs if job.unique_key is not None]
+    if len(keys) != len(set(keys)):
+        raise ValidationError("schedule_many() was given the same unique_key twice.")
+    keyless = Job.objects.bulk_create(
+        [job for job in jobs if job.unique_key is None], batch_size=batch_size
+    )
+    keyed = iter(_insert_unique([job for job in jobs if job.unique_key], batch_size=batch_size))
+    plain = iter(keyless)
+    jobs = [next(keyed) if job.unique_key else next(plain) for job in jobs]
+    notify_jobs_scheduled(jobs, now=now)
+    return jobs
+
+
+def _resolve_task(task: TaskSpec | str) -> TaskSpec:
+    if isinstance(task, TaskSpec):
+        return get_task(task.name)
+    if isinstance(task, str):
+        return get_task(task)
+    raise ValidationError("task must be a registered task or its name, not %r." % (task,))
+
+
+def _run_time(
+    *,
+    at: dt.datetime | None,
+    delay: dt.timedelta | float | None,
+    undo_window: dt.timedelta | float | None,
+    now: dt.datetime,
+) -> tuple[dt.datetime, dt.datetime | None]:
+    """Return (run_at, undo_deadline) for the given options."""
+    if sum(option is not None for option in (at, delay, undo_window)) > 1:
+        raise InvalidSchedule("Give at most one of at, delay and undo_window.")
+    if at is not None:
+        if not isinstance(at, dt.datetime):
+            raise InvalidSchedule("at must be a datetime, not %s." % type(at).__name__)
+        if timezone.is_naive(at):
+            raise InvalidSchedule(
+                "at must be timezone-aware; got the naive datetime %s." % at.isoformat()
+            )
+        return at.astimezone(dt.UTC), None
+    if delay is not None:
+        return now + _non_negative_duration(delay, "delay"), None
+    if undo_window is not None:
+        window = _non_negative_duration(undo_window, "undo_window")
+        margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
+        return now + window + margin, now + window
+    return now, None
+
+
+def _non_negative_duration(value: dt.timedelta | float, name: str) -> dt.timedelta:
+    if isinstance(value, bool) or not isinstance(value, dt.timedelta | int | float):
+        raise InvalidSchedule(
+            "%s must be a timedelta or a number of seconds, not %s." % (name, type(value).__name__)
+        )
+    duration = value if isinstance(value, dt.timedelta) else dt.timedelta(seconds=value)
+    if duration < dt.timedelta(0):
+        raise InvalidSchedule("%s must not be negative; got %s." % (name, value))
+    return duration
+
+
+def _build_job(
+    spec: TaskSpec,
+    request: JobRequest,
+    *,
+    run_at: dt.datetime,
+    now: dt.datetime,
+    queue: str | None,
+    payload_version: int | None,
+    max_attempts: int | None,
+) -> Job:
+    queue = queue if queue is not None else spec.queue
+    if queue not in app_settings.QUEUES:
+        raise UnknownQueue(
+            "Unknown queue %r; SCHEDULER_APP['QUEUES'] lists: %s."
+            % (queue, ", ".join(app_settings.QUEUES))
+        )
+    priority = request.priority if request.priority is not None else spec.priority
+    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in SMALLINT_RANGE:
+        raise ValidationError("priority must be an integer from -32768 to 32767; got %r." % (priority,))
+    version = payload_version if payload_version is not None else spec.current_payload_version
+    spec.check_payload_version(version)
+    attempts = max_attempts if max_attempts is not None else spec.max_attempts
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        raise ValidationError("max_attempts must be a positive integer; got %r." % (attempts,))
+    unique_key = request.unique_key
+    if unique_key is not None and (
+        not isinstance(unique_key, str) or not unique_key or len(unique_key) > 255
+    ):
+        raise ValidationError("unique_key must be a non-empty string of at most 255 characters.")
+    return Job(
+        task_name=spec.name,
+        queue=queue,
+        priority=priority,
+        payload=_check_json(request.payload),
+        payload_version=version,
+        scheduled_for=run_at,
+        run_at=run_at,
+        max_attempts=attempts,
+        unique_key=unique_key,
+        owner=request.owner,
+        created_at=now,
+    )
+
+
+def _check_json(payload: Any) -> Any:
+    """Return the payload as it will read back from the database, or raise InvalidPayload."""
+    try:
+        return json.loads(json.dumps(payload, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayload("The payload is not JSON-serialisable: %s." % exc) from exc
+
+
+def _insert_unique(jobs: Sequence[Job], batch_size: int = 1000) -> list[Job]:
+    """Insert jobs that skip on a live unique key; return the stored job for each."""
+    if not jobs:
+        return []
+    Job.objects.bulk_create(jobs, batch_size=batch_size, ignore_conflicts=True)
+    stored: dict[str | None, Job] = {}
+    keys = [job.unique_key for job in jobs]
+    for start in range(0, len(keys), LOOKUP_CHUNK):
+        chunk = keys[start : start + LOOKUP_CHUNK]
+        for job in Job.objects.unfinished().filter(unique_key__in=chunk):
+            stored[job.unique_key] = job
+    missing = [job.unique_key for job in jobs if job.unique_key not in stored]
+    if missing:
+        # The conflicting job finished between our INSERT and SELECT: the key is
+        # free again, so insert once more (rare; a second miss is a real error).
+        Job.objects.bulk_create(
+            [job for job in jobs if job.unique_key in missing], ignore_conflicts=True
+        )
+        for job in Job.objects.unfinished().filter(unique_key__in=missing):
+            stored[job.unique_key] = job
+    return [stored[job.unique_key] for job in jobs]

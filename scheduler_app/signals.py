@@ -1,0 +1,7 @@
+"""Django signals projects can connect to (e.g. to alert on failures)."""
+
+from django.dispatch import Signal
+
+#: Sent after a job failed for good (last attempt, non-retryable error, or
+#: lease expired on its last attempt). kwargs: job_id, task_name, error.
+job_failed = Signal()
