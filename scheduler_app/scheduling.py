@@ -20,6 +20,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduler_app import clock
@@ -35,7 +36,7 @@ from scheduler_app.models import Job
 from scheduler_app.registry import TaskSpec, get_task
 
 SMALLINT_RANGE = range(-32768, 32768)
-# Unique-keyed jobs are looked up again after an insert that may have conflicted.
+# How many unique keys one look-up query names.
 LOOKUP_CHUNK = 500
 
 
@@ -236,7 +237,7 @@ def _build_job(
         task_name=spec.name,
         queue=queue,
         priority=priority,
-        payload=_check_json(request.payload),
+        payload=_check_json({} if request.payload is None else request.payload),
         payload_version=version,
         scheduled_for=run_at,
         run_at=run_at,
@@ -256,23 +257,41 @@ def _check_json(payload: Any) -> Any:
 
 
 def _insert_unique(jobs: Sequence[Job], batch_size: int = 1000) -> list[Job]:
-    """Insert jobs that skip on a live unique key; return the stored job for each."""
+    """Insert jobs whose unique key is free; return the stored job for each."""
     if not jobs:
         return []
-    Job.objects.bulk_create(jobs, batch_size=batch_size, ignore_conflicts=True)
-    stored: dict[str | None, Job] = {}
-    keys = [job.unique_key for job in jobs]
-    for start in range(0, len(keys), LOOKUP_CHUNK):
-        chunk = keys[start : start + LOOKUP_CHUNK]
-        for job in Job.objects.unfinished().filter(unique_key__in=chunk):
-            stored[job.unique_key] = job
-    missing = [job.unique_key for job in jobs if job.unique_key not in stored]
-    if missing:
-        # The conflicting job finished between our INSERT and SELECT: the key is
-        # free again, so insert once more (rare; a second miss is a real error).
+    if connection.vendor == "postgresql":
+        # ON CONFLICT DO NOTHING skips only unique-key conflicts; a concurrent
+        # inserter of the same key waits for our commit, then skips.
+        Job.objects.bulk_create(jobs, batch_size=batch_size, ignore_conflicts=True)
+        return _stored_for(jobs)
+    # SQLite's INSERT OR IGNORE would also swallow NOT NULL and CHECK
+    # violations, so insert only the keys that are free; SQLite's single
+    # writer makes the look-up and the insert one step inside the savepoint.
+    with transaction.atomic():
+        taken = {job.unique_key for job in _unfinished_with_keys([j.unique_key for j in jobs])}
         Job.objects.bulk_create(
-            [job for job in jobs if job.unique_key in missing], ignore_conflicts=True
+            [job for job in jobs if job.unique_key not in taken], batch_size=batch_size
         )
-        for job in Job.objects.unfinished().filter(unique_key__in=missing):
-            stored[job.unique_key] = job
+    return _stored_for(jobs)
+
+
+def _stored_for(jobs: Sequence[Job]) -> list[Job]:
+    stored = {job.unique_key: job for job in _unfinished_with_keys([j.unique_key for j in jobs])}
+    missing = [job for job in jobs if job.unique_key not in stored]
+    if missing:
+        # The conflicting job finished between the INSERT and this look-up,
+        # which freed its key: insert those once more.
+        Job.objects.bulk_create(missing, ignore_conflicts=connection.vendor == "postgresql")
+        stored.update(
+            (job.unique_key, job)
+            for job in _unfinished_with_keys([j.unique_key for j in missing])
+        )
     return [stored[job.unique_key] for job in jobs]
+
+
+def _unfinished_with_keys(keys: Sequence[str | None]) -> list[Job]:
+    found: list[Job] = []
+    for start in range(0, len(keys), LOOKUP_CHUNK):
+        found.extend(Job.objects.unfinished().filter(unique_key__in=keys[start : start + LOOKUP_CHUNK]))
+    return found

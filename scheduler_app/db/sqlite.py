@@ -103,7 +103,7 @@ def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
 
 
 def _convert(row: tuple) -> tuple:
-    """Turn SQLite's text timestamps into aware datetimes, as PostgreSQL returns them."""
+    """Return the row with aware UTC datetimes, as PostgreSQL returns them."""
     parse = _parse_datetime
     (job_id, task_name, payload, version, attempts, max_attempts, scheduled_for, run_at,
      unique_key, token, deadline) = row
@@ -111,7 +111,10 @@ def _convert(row: tuple) -> tuple:
             parse(run_at), unique_key, token, parse(deadline))
 
 
-def _parse_datetime(value: str | None) -> dt.datetime | None:
+def _parse_datetime(value: str | dt.datetime | None) -> dt.datetime | None:
+    # Django's sqlite3 converters may already have parsed the (naive, UTC) value.
     if value is None:
         return None
-    return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    return value.replace(tzinfo=dt.UTC)

@@ -1,0 +1,52 @@
+"""cancel(): flip a pending job to cancelled in one guarded UPDATE, and say who won."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from scheduler_app import clock
+from scheduler_app.models import Job
+
+
+class CancelOutcome(enum.StrEnum):
+    """What cancel() found; ``cancelled`` is the only outcome that changed anything."""
+
+    CANCELLED = "cancelled"
+    ALREADY_CANCELLED = "already_cancelled"
+    TOO_LATE = "too_late"  # a worker claimed it: it is running
+    ALREADY_FINISHED = "already_finished"  # it succeeded or failed
+    NOT_FOUND = "not_found"
+
+    @property
+    def changed(self) -> bool:
+        return self is CancelOutcome.CANCELLED
+
+
+def cancel(job_id: int, *, by: Any = None, queryset: Any = None) -> CancelOutcome:
+    """Cancel a pending job; return what happened.
+
+    The UPDATE is guarded by ``status = pending``: against a concurrent
+    claim exactly one wins. A worker's SKIP LOCKED claim skips the row while
+    the cancel holds it, and a cancel that waited for a claim finds the job
+    running. ``queryset`` narrows which jobs may be cancelled (e.g. a user's
+    own); jobs outside it are NOT_FOUND. ``by`` is recorded as cancelled_by.
+    """
+    jobs = queryset if queryset is not None else Job.objects.all()
+    now = clock.now()
+    updated = jobs.filter(pk=job_id, status=Job.Status.PENDING).update(
+        status=Job.Status.CANCELLED,
+        cancelled_at=now,
+        cancelled_by=by if getattr(by, "pk", None) is not None else None,
+        finished_at=now,
+    )
+    if updated:
+        return CancelOutcome.CANCELLED
+    status = jobs.filter(pk=job_id).values_list("status", flat=True).first()
+    return {
+        None: CancelOutcome.NOT_FOUND,
+        Job.Status.CANCELLED: CancelOutcome.ALREADY_CANCELLED,
+        Job.Status.RUNNING: CancelOutcome.TOO_LATE,
+        # Still pending after a failed guarded update cannot happen; treat as a race lost.
+        Job.Status.PENDING: CancelOutcome.TOO_LATE,
+    }.get(status, CancelOutcome.ALREADY_FINISHED)

@@ -1,0 +1,83 @@
+"""manage.py runworker: parse and validate options, build a Worker, run it."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from scheduler_app.conf import app_settings
+from scheduler_app.worker.loop import Worker, WorkerFatal, WorkerOptions, default_worker_id
+from scheduler_app.worker.shutdown import graceful_signals
+
+logger = logging.getLogger("scheduler_app.worker")
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not an integer" % value) from None
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1, got %s" % number)
+    return number
+
+
+def positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a number" % value) from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError("must be greater than 0, got %s" % value)
+    return number
+
+
+class Command(BaseCommand):
+    help = "Run a worker: claim due jobs and run them until SIGTERM/SIGINT."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "-q", "--queue", action="append", dest="queues", metavar="NAME",
+            help="Serve this queue (repeatable). Default: every queue in SCHEDULER_APP['QUEUES'].",
+        )
+        parser.add_argument("-c", "--concurrency", type=positive_int,
+                            help="Jobs run at once (threads). Default: CONCURRENCY.")
+        parser.add_argument("--batch-size", type=positive_int,
+                            help="Most jobs claimed per statement. Default: CLAIM_BATCH_SIZE.")
+        parser.add_argument("--poll-interval", type=positive_float, metavar="SECONDS",
+                            help="Longest idle wait between claims. Default: POLL_INTERVAL.")
+        parser.add_argument("--lease", type=positive_float, metavar="SECONDS",
+                            help="Lease length; renewed every third of it. Default: LEASE_SECONDS.")
+        parser.add_argument("--shutdown-timeout", type=positive_float, metavar="SECONDS",
+                            help="How long a stop waits for running jobs. Default: SHUTDOWN_TIMEOUT.")
+        parser.add_argument("--worker-id", help="Name this worker (default host:pid:random).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        known = list(app_settings.QUEUES)
+        queues = options["queues"] or known
+        unknown = sorted(set(queues) - set(known))
+        if unknown:
+            raise CommandError(
+                "Unknown queue(s): %s. SCHEDULER_APP['QUEUES'] lists: %s."
+                % (", ".join(unknown), ", ".join(known))
+            )
+        worker_options = WorkerOptions(
+            queues=tuple(dict.fromkeys(queues)),
+            concurrency=options["concurrency"] or app_settings.CONCURRENCY,
+            batch_size=options["batch_size"] or app_settings.CLAIM_BATCH_SIZE,
+            poll_interval=options["poll_interval"] or app_settings.POLL_INTERVAL,
+            lease_seconds=options["lease"] or app_settings.LEASE_SECONDS,
+            shutdown_timeout=options["shutdown_timeout"] or app_settings.SHUTDOWN_TIMEOUT,
+            database_unavailable_timeout=app_settings.DATABASE_UNAVAILABLE_TIMEOUT,
+            summary_interval=app_settings.SUMMARY_INTERVAL,
+            worker_id=options["worker_id"] or default_worker_id(),
+        )
+        worker = Worker(worker_options)
+        with graceful_signals(worker.stop):
+            try:
+                worker.run()
+            except WorkerFatal as exc:
+                raise CommandError(str(exc)) from exc

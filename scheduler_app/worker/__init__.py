@@ -1,0 +1,1 @@
+"""The runworker claim loop: see loop.Worker."""

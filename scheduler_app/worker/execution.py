@@ -1,0 +1,172 @@
+"""Run one claimed job and decide what its attempt leads to.
+
+``execute()`` is pure with respect to the database: it returns a Finish
+that the worker writes later, in a batch, fenced by the lease token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+import traceback
+from typing import Any
+
+from django.db import close_old_connections
+
+from scheduler_app import clock
+from scheduler_app.exceptions import RetryLater, SchedulerError
+from scheduler_app.models import Job, JobAttempt
+from scheduler_app.registry import JobContext, TaskSpec, get_task
+
+logger = logging.getLogger("scheduler_app.worker")
+
+Status = Job.Status
+Outcome = JobAttempt.Outcome
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ClaimedJob:
+    """A job this worker holds a lease on, as the claim statement returned it."""
+
+    id: int
+    task_name: str
+    payload: Any
+    payload_version: int
+    attempt: int
+    max_attempts: int
+    scheduled_for: dt.datetime
+    due_at: dt.datetime
+    unique_key: str | None
+    lease_token: int
+    retry_later_deadline: dt.datetime | None
+    started_at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: tuple, *, started_at: dt.datetime) -> ClaimedJob:
+        (job_id, task_name, payload, version, attempt, max_attempts, scheduled_for, due_at,
+         unique_key, token, deadline) = row
+        return cls(
+            id=job_id, task_name=task_name,
+            payload=json.loads(payload) if isinstance(payload, str) else payload,
+            payload_version=version, attempt=attempt, max_attempts=max_attempts,
+            scheduled_for=scheduled_for, due_at=due_at, unique_key=unique_key,
+            lease_token=token, retry_later_deadline=deadline, started_at=started_at,
+        )
+
+    def context(self) -> JobContext:
+        return JobContext(
+            job_id=self.id, task_name=self.task_name, payload=self.payload,
+            payload_version=self.payload_version, attempt=self.attempt,
+            scheduled_for=self.scheduled_for,
+            idempotency_key=self.unique_key or str(self.id),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Finish:
+    """What one attempt led to: the job's next status and its history row."""
+
+    job: ClaimedJob
+    status: str
+    outcome: str
+    finished_at: dt.datetime
+    run_at: dt.datetime | None = None  # next attempt time, for retries
+    refund: int = 0  # 1 when the attempt does not count (retry later, shutdown)
+    error: str = ""
+    result: str | None = None  # JSON text
+    retry_later_deadline: dt.datetime | None = None
+
+    def as_row(self) -> tuple:
+        """Return the column tuple db.<vendor>.finish_jobs() takes."""
+        job = self.job
+        return (
+            job.id, job.lease_token, self.status, self.outcome, self.run_at, self.refund,
+            self.error, self.finished_at, self.result, self.retry_later_deadline,
+            job.attempt, job.task_name, job.due_at, job.started_at,
+        )
+
+
+def execute(job: ClaimedJob) -> Finish:
+    """Run ``job``'s handler in this thread and return how the attempt ended."""
+    try:
+        spec = get_task(job.task_name)
+        spec.check_payload_version(job.payload_version)
+    except SchedulerError as exc:
+        # Scheduled by other code (renamed task, newer payload): retrying cannot help.
+        return fail(job, exc, retryable=False, with_traceback=False)
+    try:
+        value = spec(job.context())
+    except RetryLater as exc:
+        return _retry_later(job, spec, exc)
+    except Exception as exc:
+        return fail(job, exc, retryable=spec.retry.should_retry(exc), spec=spec)
+    finally:
+        close_old_connections()
+    return Finish(
+        job=job, status=Status.SUCCEEDED, outcome=Outcome.SUCCEEDED,
+        finished_at=clock.now(), result=_as_json(job, value),
+    )
+
+
+def fail(
+    job: ClaimedJob,
+    exc: BaseException,
+    *,
+    retryable: bool,
+    spec: TaskSpec | None = None,
+    with_traceback: bool = True,
+) -> Finish:
+    """Return the Finish for a failed attempt: a retry with backoff, or failed for good."""
+    now = clock.now()
+    error = "%s: %s" % (type(exc).__name__, exc)
+    if with_traceback:
+        error += "\n\n" + "".join(traceback.format_exception(exc)).rstrip()
+    if retryable and spec is not None and job.attempt < job.max_attempts:
+        return Finish(
+            job=job, status=Status.PENDING, outcome=Outcome.RETRIED, finished_at=now,
+            run_at=now + spec.retry.backoff(job.attempt), error=error,
+        )
+    logger.warning(
+        "job failed job=%s task=%s attempt=%s/%s error=%s",
+        job.id, job.task_name, job.attempt, job.max_attempts, error.splitlines()[0],
+    )
+    return Finish(job=job, status=Status.FAILED, outcome=Outcome.FAILED, finished_at=now, error=error)
+
+
+def hand_back(job: ClaimedJob, reason: str) -> Finish:
+    """Return the Finish that puts an unfinished job back to pending without using an attempt."""
+    return Finish(
+        job=job, status=Status.PENDING, outcome=Outcome.INTERRUPTED,
+        finished_at=clock.now(), refund=1, error=reason,
+    )
+
+
+def _retry_later(job: ClaimedJob, spec: TaskSpec, exc: RetryLater) -> Finish:
+    now = clock.now()
+    deadline = job.retry_later_deadline or now + spec.retry.retry_later_budget
+    run_at = now + exc.delay
+    if run_at > deadline:
+        budget_error = SchedulerError(
+            "Retry-later budget exhausted: asked to retry at %s, budget ends %s (%s)."
+            % (run_at.isoformat(), deadline.isoformat(), exc)
+        )
+        return fail(job, budget_error, retryable=True, spec=spec, with_traceback=False)
+    return Finish(
+        job=job, status=Status.PENDING, outcome=Outcome.DEFERRED, finished_at=now,
+        run_at=run_at, refund=1, error=str(exc), retry_later_deadline=deadline,
+    )
+
+
+def _as_json(job: ClaimedJob, value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        logger.warning(
+            "job result not stored, not JSON-serialisable job=%s task=%s type=%s",
+            job.id, job.task_name, type(value).__name__,
+        )
+        return None

@@ -1,0 +1,363 @@
+"""The Worker: claim due jobs in batches, run them on a bounded thread pool,
+record outcomes in batches, renew leases, rescue expired ones, stop gracefully.
+
+Lifecycle: ``Worker(options).run()`` blocks until ``stop()`` (or a stop
+signal, when run under ``graceful_signals``) and returns after running jobs
+finished or were handed back; it raises WorkerFatal when it cannot go on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import os
+import queue
+import random
+import socket
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import DatabaseError, connection
+
+from scheduler_app import clock
+from scheduler_app.db import backend
+from scheduler_app.exceptions import JobTimeout, SchedulerError, UnknownTask
+from scheduler_app.models import Job
+from scheduler_app.registry import get_task
+from scheduler_app.signals import job_failed
+from scheduler_app.worker import leases
+from scheduler_app.worker.execution import ClaimedJob, Finish, execute, fail, hand_back
+
+logger = logging.getLogger("scheduler_app.worker")
+
+T = TypeVar("T")
+
+
+class WorkerFatal(SchedulerError):
+    """The worker cannot go on (e.g. the database stayed unreachable)."""
+
+    code = "worker_fatal"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    """How a Worker runs; runworker builds one from its options and settings."""
+
+    queues: tuple[str, ...]
+    concurrency: int
+    batch_size: int
+    poll_interval: float
+    lease_seconds: float
+    shutdown_timeout: float
+    database_unavailable_timeout: float
+    summary_interval: float
+    worker_id: str = dataclasses.field(default_factory=lambda: default_worker_id())
+
+    @property
+    def lease(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.lease_seconds)
+
+
+def default_worker_id() -> str:
+    """Return ``host:pid:random``: unique per process, readable in the admin."""
+    return "%s:%s:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
+
+
+@dataclasses.dataclass(slots=True)
+class _Running:
+    job: ClaimedJob
+    deadline: float | None  # time.monotonic() after which the job has timed out
+    finalised: bool = False  # a Finish was already recorded (timeout / hand-back)
+
+
+class Worker:
+    """One runworker process's claim loop."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        self.options = options
+        self.id = options.worker_id
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._inbox: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[int, Finish | BaseException]] = queue.SimpleQueue()
+        self._running: dict[int, _Running] = {}
+        self._unflushed: list[Finish] = []
+        self._counts: Counter[str] = Counter()
+        self._threads: list[threading.Thread] = []
+        self._listener: threading.Thread | None = None
+        self._db_down_since: float | None = None
+        now = time.monotonic()
+        self._next_renew = now + options.lease_seconds / 3
+        self._next_rescue = now
+        self._next_summary = now + options.summary_interval
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop claiming; run() returns once running jobs finished or were handed back."""
+        self._stopping.set()
+        self._wake.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def run(self) -> None:
+        """Run until stop(); raise WorkerFatal if the worker cannot go on."""
+        self._start_threads()
+        logger.info(
+            "worker started worker=%s queues=%s concurrency=%s batch=%s vendor=%s",
+            self.id, ",".join(self.options.queues), self.options.concurrency,
+            self.options.batch_size, connection.vendor,
+        )
+        try:
+            while not self.stopping:
+                self._turn()
+            self._drain()
+        finally:
+            for _ in self._threads:
+                self._inbox.put(None)
+            self._log_summary()
+            connection.close()
+        logger.info("worker stopped worker=%s", self.id)
+
+    # -- one turn of the loop ----------------------------------------------
+
+    def _turn(self) -> None:
+        self._wake.clear()
+        self._collect()
+        self._flush()
+        self._side_duties()
+        claimed = 0
+        free = self._free_slots()
+        if free and not self.stopping:
+            claimed = self._claim(min(free, self.options.batch_size))
+            if claimed == min(free, self.options.batch_size):
+                return  # a full batch: more may be due, claim again as slots free up
+        self._wake.wait(self._sleep_time(idle=claimed == 0 and free > 0))
+
+    def _free_slots(self) -> int:
+        return self.options.concurrency - len(self._running)
+
+    def _claim(self, limit: int) -> int:
+        now = clock.now()
+        rows = self._with_db(
+            lambda: backend().claim_jobs(
+                worker=self.id, queues=self.options.queues, limit=limit, now=now,
+                lease=now + self.options.lease,
+            )
+        )
+        if not rows:
+            return 0
+        for row in rows:
+            job = ClaimedJob.from_row(row, started_at=now)
+            if self.stopping:
+                # The stop signal arrived while we were claiming: don't start it.
+                self._unflushed.append(hand_back(job, "Worker %s stopped before starting it." % self.id))
+                continue
+            self._running[job.id] = _Running(job=job, deadline=self._deadline(job))
+            self._inbox.put(job)
+        self._counts["claimed"] += len(rows)
+        return len(rows)
+
+    def _deadline(self, job: ClaimedJob) -> float | None:
+        try:
+            timeout = get_task(job.task_name).timeout
+        except UnknownTask:
+            return None
+        return time.monotonic() + timeout.total_seconds() if timeout else None
+
+    def _collect(self) -> None:
+        """Take finished attempts from the executor threads."""
+        while True:
+            try:
+                job_id, outcome = self._outbox.get_nowait()
+            except queue.Empty:
+                return
+            running = self._running.pop(job_id)
+            if isinstance(outcome, BaseException):
+                # execute() itself broke (a bug, or the interpreter shutting down).
+                outcome = fail(running.job, outcome, retryable=False)
+            if running.finalised:
+                logger.warning(
+                    "late completion discarded job=%s task=%s: it had timed out or was handed back",
+                    job_id, running.job.task_name,
+                )
+                continue
+            self._unflushed.append(outcome)
+
+    def _flush(self) -> None:
+        """Write the collected outcomes in one batch, fenced by lease token."""
+        if not self._unflushed:
+            return
+        finishes = self._unflushed
+        accepted = self._with_db(
+            lambda: backend().finish_jobs([f.as_row() for f in finishes], worker=self.id)
+        )
+        if accepted is None:
+            return  # the database is away; keep them and try again next turn
+        self._unflushed = []
+        for finish in finishes:
+            job = finish.job
+            if job.id not in accepted:
+                logger.warning(
+                    "stale completion discarded job=%s task=%s attempt=%s: lease lost, "
+                    "the job was rescued or claimed again",
+                    job.id, job.task_name, job.attempt,
+                )
+                continue
+            self._counts[finish.outcome] += 1
+            if finish.status == Job.Status.FAILED:
+                job_failed.send(
+                    sender=Job, job_id=job.id, task_name=job.task_name, error=finish.error
+                )
+
+    def _side_duties(self) -> None:
+        if self._listener is not None and not self._listener.is_alive() and not self.stopping:
+            raise WorkerFatal("The LISTEN thread died; see the traceback above.")
+        now = time.monotonic()
+        self._expire_timeouts(now)
+        if now >= self._next_renew:
+            self._next_renew = now + self.options.lease_seconds / 3
+            ids = [job_id for job_id, r in self._running.items() if not r.finalised]
+            self._with_db(lambda: leases.renew(self.id, ids, self.options.lease))
+        if now >= self._next_rescue:
+            # Jitter so that many workers don't all rescue in the same instant.
+            self._next_rescue = now + self.options.lease_seconds / 2 * random.uniform(0.5, 1.5)
+            self._with_db(lambda: leases.rescue_expired(self.id))
+        if now >= self._next_summary:
+            self._next_summary = now + self.options.summary_interval
+            self._log_summary()
+
+    def _expire_timeouts(self, now: float) -> None:
+        for running in self._running.values():
+            if running.finalised or running.deadline is None or now < running.deadline:
+                continue
+            running.finalised = True
+            job = running.job
+            spec = get_task(job.task_name)
+            exc = JobTimeout("Job ran longer than its %ss timeout." % spec.timeout.total_seconds())
+            logger.warning("job timed out job=%s task=%s attempt=%s", job.id, job.task_name, job.attempt)
+            # The thread cannot be interrupted; it keeps its slot until the handler returns.
+            self._unflushed.append(fail(job, exc, retryable=True, spec=spec, with_traceback=False))
+
+    def _sleep_time(self, *, idle: bool) -> float:
+        timeout = self.options.poll_interval
+        if self._listener is not None:
+            next_run_at = self._listener.pop_next_run_at()  # type: ignore[attr-defined]
+            if next_run_at is not None:
+                timeout = min(timeout, max(next_run_at - time.time(), 0))
+        if idle:
+            next_due = self._with_db(self._next_due_in)
+            if next_due is not None:
+                timeout = min(timeout, next_due)
+        deadlines = [r.deadline for r in self._running.values() if r.deadline and not r.finalised]
+        if deadlines:
+            timeout = min(timeout, max(min(deadlines) - time.monotonic(), 0))
+        return max(timeout, 0.0)
+
+    def _next_due_in(self) -> float | None:
+        """Return seconds until the earliest pending job of our queues is due."""
+        run_at = (
+            Job.objects.pending().filter(queue__in=self.options.queues)
+            .order_by("run_at").values_list("run_at", flat=True).first()
+        )
+        return None if run_at is None else max((run_at - clock.now()).total_seconds(), 0)
+
+    def _drain(self) -> None:
+        """After stop(): wait for running jobs up to the shutdown timeout, hand back the rest."""
+        deadline = time.monotonic() + self.options.shutdown_timeout
+        while self._running and time.monotonic() < deadline:
+            self._wake.clear()
+            self._collect()
+            self._flush()
+            self._side_duties()
+            if self._running:
+                self._wake.wait(min(deadline - time.monotonic(), 0.5))
+        self._collect()
+        for running in self._running.values():
+            if not running.finalised:
+                running.finalised = True
+                self._unflushed.append(
+                    hand_back(
+                        running.job,
+                        "Worker %s stopped; the job did not finish within the %ss shutdown "
+                        "timeout and was handed back." % (self.id, self.options.shutdown_timeout),
+                    )
+                )
+                self._counts["handed_back"] += 1
+        self._flush()
+        if self._unflushed:
+            logger.error(
+                "could not record %s outcomes before exiting; their leases will expire",
+                len(self._unflushed),
+            )
+
+    # -- helpers -------------------------------------------------------------
+
+    def _start_threads(self) -> None:
+        for number in range(self.options.concurrency):
+            thread = threading.Thread(
+                target=self._execute_forever, name="scheduler-exec-%s" % number, daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        if connection.vendor == "postgresql":
+            from scheduler_app.worker.wakeup import Listener
+
+            self._listener = Listener(self.options.queues, self._wake, self._stopping)
+            self._listener.start()
+
+    def _execute_forever(self) -> None:
+        while True:
+            job = self._inbox.get()
+            if job is None:
+                return
+            try:
+                outcome: Finish | BaseException = execute(job)
+            except BaseException as exc:  # noqa: BLE001 - reported by the main loop
+                outcome = exc
+            self._outbox.put((job.id, outcome))
+            self._wake.set()
+
+    def _with_db(self, operation: Callable[[], T]) -> T | None:
+        """Run a database operation; on a lost connection, reconnect next turn.
+
+        Raises WorkerFatal once the database has been unreachable for longer
+        than database_unavailable_timeout.
+        """
+        try:
+            result = operation()
+        except DatabaseError as exc:
+            connection.close()
+            now = time.monotonic()
+            if self._db_down_since is None:
+                self._db_down_since = now
+            down_for = now - self._db_down_since
+            logger.warning("database error, will retry worker=%s down_for=%.1fs error=%s",
+                           self.id, down_for, exc)
+            if down_for > self.options.database_unavailable_timeout:
+                raise WorkerFatal(
+                    "Database unreachable for %.0fs (limit %ss): %s"
+                    % (down_for, self.options.database_unavailable_timeout, exc)
+                ) from exc
+            self._stopping.wait(min(1.0, self.options.poll_interval))
+            return None
+        if self._db_down_since is not None:
+            logger.info("database reachable again worker=%s", self.id)
+            self._db_down_since = None
+        return result
+
+    def _log_summary(self) -> None:
+        counts, self._counts = self._counts, Counter()
+        logger.info(
+            "worker summary worker=%s claimed=%s succeeded=%s failed=%s retried=%s deferred=%s "
+            "handed_back=%s running=%s",
+            self.id, counts["claimed"], counts["succeeded"], counts["failed"], counts["retried"],
+            counts["deferred"], counts["handed_back"], len(self._running),
+        )
