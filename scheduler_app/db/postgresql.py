@@ -6,6 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from django.db import connection
+from django.db.models import QuerySet
 
 from scheduler_app.models import Job, JobAttempt
 
@@ -95,3 +96,24 @@ def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
     with connection.cursor() as cursor:
         for queue, run_at in earliest_by_queue.items():
             cursor.execute(NOTIFY, [CHANNEL, "%s %.6f" % (queue, run_at.timestamp())])
+
+
+LATENESS = """
+SELECT task_name, count(*),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY lateness),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY lateness),
+       max(lateness)
+FROM (SELECT task_name, EXTRACT(EPOCH FROM started_at - due_at)::float8 AS lateness
+      FROM ({attempts}) AS a) AS l
+GROUP BY task_name
+ORDER BY task_name
+"""
+"""Lateness percentiles per task over the attempts the inner query selects."""
+
+
+def lateness_percentiles(attempts: QuerySet) -> list[tuple]:
+    """Return (task, count, p50, p95, max) rows for an attempts queryset."""
+    sql, params = attempts.values("task_name", "due_at", "started_at").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(LATENESS.format(attempts=sql), params)
+        return cursor.fetchall()
