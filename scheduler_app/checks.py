@@ -50,7 +50,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         value = getattr(app_settings, name)
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             errors.append(
-                Error("SCHEDULER_APP[%r] must be a positive number." % name, id="scheduler_app.E003")
+                Error(
+                    "SCHEDULER_APP[%r] must be a positive number." % name, id="scheduler_app.E003"
+                )
             )
     for name in POSITIVE_INTEGERS:
         value = getattr(app_settings, name)
@@ -63,7 +65,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     margin = app_settings.UNDO_SAFETY_MARGIN
     if isinstance(margin, bool) or not isinstance(margin, int | float) or margin < 0:
         errors.append(
-            Error("SCHEDULER_APP['UNDO_SAFETY_MARGIN'] must be a number >= 0.", id="scheduler_app.E005")
+            Error(
+                "SCHEDULER_APP['UNDO_SAFETY_MARGIN'] must be a number >= 0.",
+                id="scheduler_app.E005",
+            )
         )
     return errors
 
@@ -75,7 +80,8 @@ def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         return []
     return [
         Error(
-            "Task %r uses queue %r, which SCHEDULER_APP['QUEUES'] does not list." % (name, spec.queue),
+            "Task %r uses queue %r, which SCHEDULER_APP['QUEUES'] does not list."
+            % (name, spec.queue),
             id="scheduler_app.E010",
         )
         for name, spec in sorted(all_tasks().items())

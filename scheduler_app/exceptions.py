@@ -64,7 +64,7 @@ class JobTimeout(SchedulerError):
     code = "timeout"
 
 
-class RetryLater(SchedulerError):  # noqa: N818 - it is a signal to the worker, not an error
+class RetryLater(SchedulerError):
     """Raise from a handler to run the job again later without using an attempt.
 
     Give ``delay`` (seconds or a timedelta) or ``retry_after``, the value of an
@@ -86,9 +86,10 @@ class RetryLater(SchedulerError):  # noqa: N818 - it is a signal to the worker, 
             parse_retry_after(retry_after) if retry_after is not None else _as_timedelta(delay)
         )
         self.reason = reason
-        super().__init__("retry later in %ss%s" % (
-            round(self.delay.total_seconds(), 3), ": " + reason if reason else ""
-        ))
+        super().__init__(
+            "retry later in %ss%s"
+            % (round(self.delay.total_seconds(), 3), ": " + reason if reason else "")
+        )
 
 
 def _as_timedelta(delay: float | dt.timedelta | None) -> dt.timedelta:

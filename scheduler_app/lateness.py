@@ -53,8 +53,9 @@ def _percentiles_in_python(attempts) -> list[tuple]:  # type: ignore[no-untyped-
     rows = []
     for name in sorted(by_task):
         values = sorted(by_task[name])
-        rows.append((name, len(values), _interpolate(values, 0.5), _interpolate(values, 0.95),
-                     values[-1]))
+        rows.append(
+            (name, len(values), _interpolate(values, 0.5), _interpolate(values, 0.95), values[-1])
+        )
     return rows
 
 

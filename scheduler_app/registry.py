@@ -132,9 +132,7 @@ def _validate(spec: TaskSpec) -> None:
     if not spec.payload_versions or any(
         not isinstance(v, int) or v < 1 for v in spec.payload_versions
     ):
-        raise ValidationError(
-            "Task %r: payload_versions must be positive integers." % spec.name
-        )
+        raise ValidationError("Task %r: payload_versions must be positive integers." % spec.name)
     if spec.timeout is not None and spec.timeout <= dt.timedelta(0):
         raise ValidationError("Task %r: timeout must be positive." % spec.name)
     if len(spec.name) > 200:

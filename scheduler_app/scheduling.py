@@ -68,6 +68,8 @@ def schedule(
 ) -> Job:
     """Schedule one job of ``task`` now, ``at`` an aware datetime, or after ``delay``.
 
+    ``payload`` must be JSON-serialisable (None stores ``{}``).
+
     ``undo_window`` schedules it to run after the window plus
     SCHEDULER_APP['UNDO_SAFETY_MARGIN'] and records the undo deadline, so
     cancel() inside the window always wins. Returns the Job (the existing
@@ -221,8 +223,14 @@ def _build_job(
             % (queue, ", ".join(app_settings.QUEUES))
         )
     priority = request.priority if request.priority is not None else spec.priority
-    if isinstance(priority, bool) or not isinstance(priority, int) or priority not in SMALLINT_RANGE:
-        raise ValidationError("priority must be an integer from -32768 to 32767; got %r." % (priority,))
+    if (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or priority not in SMALLINT_RANGE
+    ):
+        raise ValidationError(
+            "priority must be an integer from -32768 to 32767; got %r." % (priority,)
+        )
     version = payload_version if payload_version is not None else spec.current_payload_version
     spec.check_payload_version(version)
     attempts = max_attempts if max_attempts is not None else spec.max_attempts
@@ -284,8 +292,7 @@ def _stored_for(jobs: Sequence[Job]) -> list[Job]:
         # which freed its key: insert those once more.
         Job.objects.bulk_create(missing, ignore_conflicts=connection.vendor == "postgresql")
         stored.update(
-            (job.unique_key, job)
-            for job in _unfinished_with_keys([j.unique_key for j in missing])
+            (job.unique_key, job) for job in _unfinished_with_keys([j.unique_key for j in missing])
         )
     return [stored[job.unique_key] for job in jobs]
 
@@ -293,5 +300,7 @@ def _stored_for(jobs: Sequence[Job]) -> list[Job]:
 def _unfinished_with_keys(keys: Sequence[str | None]) -> list[Job]:
     found: list[Job] = []
     for start in range(0, len(keys), LOOKUP_CHUNK):
-        found.extend(Job.objects.unfinished().filter(unique_key__in=keys[start : start + LOOKUP_CHUNK]))
+        found.extend(
+            Job.objects.unfinished().filter(unique_key__in=keys[start : start + LOOKUP_CHUNK])
+        )
     return found

@@ -15,8 +15,13 @@ from django.db import connection
 REPO = Path(__file__).resolve().parent.parent
 
 
-def wait_until(predicate: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.02,
-               message: str = "condition") -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    *,
+    timeout: float = 20.0,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -34,8 +39,10 @@ def database_url() -> str:
     if connection.vendor == "sqlite":
         return "sqlite:///%s" % settings["NAME"]
     return "postgres://%s@%s:%s/%s" % (
-        settings["USER"] or "postgres", settings["HOST"] or "127.0.0.1",
-        settings["PORT"] or 5432, settings["NAME"],
+        settings["USER"] or "postgres",
+        settings["HOST"] or "127.0.0.1",
+        settings["PORT"] or 5432,
+        settings["NAME"],
     )
 
 

@@ -75,15 +75,33 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
     accepted = set()
     with transaction.atomic(), connection.cursor() as cursor:
         for (
-            job_id, token, status, outcome, run_at, refund, error, finished_at, result,
-            deadline, attempt, task_name, due_at, started_at,
+            job_id,
+            token,
+            status,
+            outcome,
+            run_at,
+            refund,
+            error,
+            finished_at,
+            result,
+            deadline,
+            attempt,
+            task_name,
+            due_at,
+            started_at,
         ) in rows:
             cursor.execute(
                 FINISH,
                 [
-                    status, adapt(run_at), refund,
+                    status,
+                    adapt(run_at),
+                    refund,
                     None if status == "pending" else adapt(finished_at),
-                    error, result, adapt(deadline), job_id, token,
+                    error,
+                    result,
+                    adapt(deadline),
+                    job_id,
+                    token,
                 ],
             )
             if cursor.rowcount:
@@ -91,8 +109,15 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
                 cursor.execute(
                     INSERT_ATTEMPT,
                     [
-                        job_id, attempt, task_name, worker, adapt(due_at), adapt(started_at),
-                        adapt(finished_at), outcome, error,
+                        job_id,
+                        attempt,
+                        task_name,
+                        worker,
+                        adapt(due_at),
+                        adapt(started_at),
+                        adapt(finished_at),
+                        outcome,
+                        error,
                     ],
                 )
     return accepted
@@ -105,10 +130,32 @@ def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
 def _convert(row: tuple) -> tuple:
     """Return the row with aware UTC datetimes, as PostgreSQL returns them."""
     parse = _parse_datetime
-    (job_id, task_name, payload, version, attempts, max_attempts, scheduled_for, run_at,
-     unique_key, token, deadline) = row
-    return (job_id, task_name, payload, version, attempts, max_attempts, parse(scheduled_for),
-            parse(run_at), unique_key, token, parse(deadline))
+    (
+        job_id,
+        task_name,
+        payload,
+        version,
+        attempts,
+        max_attempts,
+        scheduled_for,
+        run_at,
+        unique_key,
+        token,
+        deadline,
+    ) = row
+    return (
+        job_id,
+        task_name,
+        payload,
+        version,
+        attempts,
+        max_attempts,
+        parse(scheduled_for),
+        parse(run_at),
+        unique_key,
+        token,
+        parse(deadline),
+    )
 
 
 def _parse_datetime(value: str | dt.datetime | None) -> dt.datetime | None:

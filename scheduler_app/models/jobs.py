@@ -74,7 +74,8 @@ class Job(models.Model):
     last_error = models.TextField(blank=True, default="")
     result = models.JSONField(null=True, blank=True)
 
-    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    # NULL, not "", for "no key": the partial unique constraint ignores NULLs.
+    unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

@@ -45,20 +45,41 @@ class ClaimedJob:
 
     @classmethod
     def from_row(cls, row: tuple, *, started_at: dt.datetime) -> ClaimedJob:
-        (job_id, task_name, payload, version, attempt, max_attempts, scheduled_for, due_at,
-         unique_key, token, deadline) = row
+        (
+            job_id,
+            task_name,
+            payload,
+            version,
+            attempt,
+            max_attempts,
+            scheduled_for,
+            due_at,
+            unique_key,
+            token,
+            deadline,
+        ) = row
         return cls(
-            id=job_id, task_name=task_name,
+            id=job_id,
+            task_name=task_name,
             payload=json.loads(payload) if isinstance(payload, str) else payload,
-            payload_version=version, attempt=attempt, max_attempts=max_attempts,
-            scheduled_for=scheduled_for, due_at=due_at, unique_key=unique_key,
-            lease_token=token, retry_later_deadline=deadline, started_at=started_at,
+            payload_version=version,
+            attempt=attempt,
+            max_attempts=max_attempts,
+            scheduled_for=scheduled_for,
+            due_at=due_at,
+            unique_key=unique_key,
+            lease_token=token,
+            retry_later_deadline=deadline,
+            started_at=started_at,
         )
 
     def context(self) -> JobContext:
         return JobContext(
-            job_id=self.id, task_name=self.task_name, payload=self.payload,
-            payload_version=self.payload_version, attempt=self.attempt,
+            job_id=self.id,
+            task_name=self.task_name,
+            payload=self.payload,
+            payload_version=self.payload_version,
+            attempt=self.attempt,
             scheduled_for=self.scheduled_for,
             idempotency_key=self.unique_key or str(self.id),
         )
@@ -82,9 +103,20 @@ class Finish:
         """Return the column tuple db.<vendor>.finish_jobs() takes."""
         job = self.job
         return (
-            job.id, job.lease_token, self.status, self.outcome, self.run_at, self.refund,
-            self.error, self.finished_at, self.result, self.retry_later_deadline,
-            job.attempt, job.task_name, job.due_at, job.started_at,
+            job.id,
+            job.lease_token,
+            self.status,
+            self.outcome,
+            self.run_at,
+            self.refund,
+            self.error,
+            self.finished_at,
+            self.result,
+            self.retry_later_deadline,
+            job.attempt,
+            job.task_name,
+            job.due_at,
+            job.started_at,
         )
 
 
@@ -105,8 +137,11 @@ def execute(job: ClaimedJob) -> Finish:
     finally:
         close_old_connections()
     return Finish(
-        job=job, status=Status.SUCCEEDED, outcome=Outcome.SUCCEEDED,
-        finished_at=clock.now(), result=_as_json(job, value),
+        job=job,
+        status=Status.SUCCEEDED,
+        outcome=Outcome.SUCCEEDED,
+        finished_at=clock.now(),
+        result=_as_json(job, value),
     )
 
 
@@ -125,21 +160,35 @@ def fail(
         error += "\n\n" + "".join(traceback.format_exception(exc)).rstrip()
     if retryable and spec is not None and job.attempt < job.max_attempts:
         return Finish(
-            job=job, status=Status.PENDING, outcome=Outcome.RETRIED, finished_at=now,
-            run_at=now + spec.retry.backoff(job.attempt), error=error,
+            job=job,
+            status=Status.PENDING,
+            outcome=Outcome.RETRIED,
+            finished_at=now,
+            run_at=now + spec.retry.backoff(job.attempt),
+            error=error,
         )
     logger.warning(
         "job failed job=%s task=%s attempt=%s/%s error=%s",
-        job.id, job.task_name, job.attempt, job.max_attempts, error.splitlines()[0],
+        job.id,
+        job.task_name,
+        job.attempt,
+        job.max_attempts,
+        error.splitlines()[0],
     )
-    return Finish(job=job, status=Status.FAILED, outcome=Outcome.FAILED, finished_at=now, error=error)
+    return Finish(
+        job=job, status=Status.FAILED, outcome=Outcome.FAILED, finished_at=now, error=error
+    )
 
 
 def hand_back(job: ClaimedJob, reason: str) -> Finish:
     """Return the Finish that puts an unfinished job back to pending without using an attempt."""
     return Finish(
-        job=job, status=Status.PENDING, outcome=Outcome.INTERRUPTED,
-        finished_at=clock.now(), refund=1, error=reason,
+        job=job,
+        status=Status.PENDING,
+        outcome=Outcome.INTERRUPTED,
+        finished_at=clock.now(),
+        refund=1,
+        error=reason,
     )
 
 
@@ -154,8 +203,14 @@ def _retry_later(job: ClaimedJob, spec: TaskSpec, exc: RetryLater) -> Finish:
         )
         return fail(job, budget_error, retryable=True, spec=spec, with_traceback=False)
     return Finish(
-        job=job, status=Status.PENDING, outcome=Outcome.DEFERRED, finished_at=now,
-        run_at=run_at, refund=1, error=str(exc), retry_later_deadline=deadline,
+        job=job,
+        status=Status.PENDING,
+        outcome=Outcome.DEFERRED,
+        finished_at=now,
+        run_at=run_at,
+        refund=1,
+        error=str(exc),
+        retry_later_deadline=deadline,
     )
 
 
@@ -167,6 +222,8 @@ def _as_json(job: ClaimedJob, value: Any) -> str | None:
     except (TypeError, ValueError):
         logger.warning(
             "job result not stored, not JSON-serialisable job=%s task=%s type=%s",
-            job.id, job.task_name, type(value).__name__,
+            job.id,
+            job.task_name,
+            type(value).__name__,
         )
         return None

@@ -22,8 +22,10 @@ def renew(worker_id: str, job_ids: Iterable[int], lease: dt.timedelta) -> int:
     ids = list(job_ids)
     if not ids:
         return 0
-    return Job.objects.running().filter(pk__in=ids, worker_id=worker_id).update(
-        lease_expires_at=clock.now() + lease
+    return (
+        Job.objects.running()
+        .filter(pk__in=ids, worker_id=worker_id)
+        .update(lease_expires_at=clock.now() + lease)
     )
 
 
@@ -42,22 +44,45 @@ def rescue_expired(rescuer_id: str) -> int:
             .select_for_update(skip_locked=True)
             .order_by("id")
             .values_list(
-                "id", "lease_token", "attempts", "max_attempts", "worker_id", "task_name",
-                "run_at", "started_at", "lease_expires_at",
+                "id",
+                "lease_token",
+                "attempts",
+                "max_attempts",
+                "worker_id",
+                "task_name",
+                "run_at",
+                "started_at",
+                "lease_expires_at",
             )[:RESCUE_BATCH]
         )
         if not expired:
             return 0
         attempts, failed = [], []
-        for (job_id, token, attempt, max_attempts, worker_id, task_name, run_at, started_at,
-             expired_at) in expired:
+        for (
+            job_id,
+            token,
+            attempt,
+            max_attempts,
+            worker_id,
+            task_name,
+            run_at,
+            started_at,
+            expired_at,
+        ) in expired:
             last = attempt >= max_attempts
             error = (
                 "Lease expired at %s: worker %s stopped renewing it during attempt %s of %s%s."
-                % (expired_at.isoformat(), worker_id, attempt, max_attempts,
-                   "; no attempts left" if last else "; it will run again")
+                % (
+                    expired_at.isoformat(),
+                    worker_id,
+                    attempt,
+                    max_attempts,
+                    "; no attempts left" if last else "; it will run again",
+                )
             )
-            updated = Job.objects.filter(pk=job_id, lease_token=token, status=Job.Status.RUNNING).update(
+            updated = Job.objects.filter(
+                pk=job_id, lease_token=token, status=Job.Status.RUNNING
+            ).update(
                 status=Job.Status.FAILED if last else Job.Status.PENDING,
                 finished_at=now if last else None,
                 last_error=error,
@@ -68,16 +93,27 @@ def rescue_expired(rescuer_id: str) -> int:
                 continue
             attempts.append(
                 JobAttempt(
-                    job_id=job_id, attempt=attempt, task_name=task_name, worker_id=worker_id,
-                    due_at=run_at, started_at=started_at or now, finished_at=now,
-                    outcome=JobAttempt.Outcome.LEASE_EXPIRED, error=error,
+                    job_id=job_id,
+                    attempt=attempt,
+                    task_name=task_name,
+                    worker_id=worker_id,
+                    due_at=run_at,
+                    started_at=started_at or now,
+                    finished_at=now,
+                    outcome=JobAttempt.Outcome.LEASE_EXPIRED,
+                    error=error,
                 )
             )
             if last:
                 failed.append((job_id, task_name, error))
             logger.warning(
                 "lease expired job=%s task=%s worker=%s attempt=%s/%s rescued_by=%s",
-                job_id, task_name, worker_id, attempt, max_attempts, rescuer_id,
+                job_id,
+                task_name,
+                worker_id,
+                attempt,
+                max_attempts,
+                rescuer_id,
             )
         JobAttempt.objects.bulk_create(attempts)
     for job_id, task_name, error in failed:

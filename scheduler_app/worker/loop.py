@@ -112,8 +112,11 @@ class Worker:
         self._start_threads()
         logger.info(
             "worker started worker=%s queues=%s concurrency=%s batch=%s vendor=%s",
-            self.id, ",".join(self.options.queues), self.options.concurrency,
-            self.options.batch_size, connection.vendor,
+            self.id,
+            ",".join(self.options.queues),
+            self.options.concurrency,
+            self.options.batch_size,
+            connection.vendor,
         )
         try:
             while not self.stopping:
@@ -148,7 +151,10 @@ class Worker:
         now = clock.now()
         rows = self._with_db(
             lambda: backend().claim_jobs(
-                worker=self.id, queues=self.options.queues, limit=limit, now=now,
+                worker=self.id,
+                queues=self.options.queues,
+                limit=limit,
+                now=now,
                 lease=now + self.options.lease,
             )
         )
@@ -158,7 +164,9 @@ class Worker:
             job = ClaimedJob.from_row(row, started_at=now)
             if self.stopping:
                 # The stop signal arrived while we were claiming: don't start it.
-                self._unflushed.append(hand_back(job, "Worker %s stopped before starting it." % self.id))
+                self._unflushed.append(
+                    hand_back(job, "Worker %s stopped before starting it." % self.id)
+                )
                 continue
             self._running[job.id] = _Running(job=job, deadline=self._deadline(job))
             self._inbox.put(job)
@@ -186,7 +194,8 @@ class Worker:
             if running.finalised:
                 logger.warning(
                     "late completion discarded job=%s task=%s: it had timed out or was handed back",
-                    job_id, running.job.task_name,
+                    job_id,
+                    running.job.task_name,
                 )
                 continue
             self._unflushed.append(outcome)
@@ -208,7 +217,9 @@ class Worker:
                 logger.warning(
                     "stale completion discarded job=%s task=%s attempt=%s: lease lost, "
                     "the job was rescued or claimed again",
-                    job.id, job.task_name, job.attempt,
+                    job.id,
+                    job.task_name,
+                    job.attempt,
                 )
                 continue
             self._counts[finish.outcome] += 1
@@ -242,7 +253,9 @@ class Worker:
             job = running.job
             spec = get_task(job.task_name)
             exc = JobTimeout("Job ran longer than its %ss timeout." % spec.timeout.total_seconds())
-            logger.warning("job timed out job=%s task=%s attempt=%s", job.id, job.task_name, job.attempt)
+            logger.warning(
+                "job timed out job=%s task=%s attempt=%s", job.id, job.task_name, job.attempt
+            )
             # The thread cannot be interrupted; it keeps its slot until the handler returns.
             self._unflushed.append(fail(job, exc, retryable=True, spec=spec, with_traceback=False))
 
@@ -264,8 +277,11 @@ class Worker:
     def _next_due_in(self) -> float | None:
         """Return seconds until the earliest pending job of our queues is due."""
         run_at = (
-            Job.objects.pending().filter(queue__in=self.options.queues)
-            .order_by("run_at").values_list("run_at", flat=True).first()
+            Job.objects.pending()
+            .filter(queue__in=self.options.queues)
+            .order_by("run_at")
+            .values_list("run_at", flat=True)
+            .first()
         )
         return None if run_at is None else max((run_at - clock.now()).total_seconds(), 0)
 
@@ -320,7 +336,7 @@ class Worker:
                 return
             try:
                 outcome: Finish | BaseException = execute(job)
-            except BaseException as exc:  # noqa: BLE001 - reported by the main loop
+            except BaseException as exc:
                 outcome = exc
             self._outbox.put((job.id, outcome))
             self._wake.set()
@@ -339,8 +355,12 @@ class Worker:
             if self._db_down_since is None:
                 self._db_down_since = now
             down_for = now - self._db_down_since
-            logger.warning("database error, will retry worker=%s down_for=%.1fs error=%s",
-                           self.id, down_for, exc)
+            logger.warning(
+                "database error, will retry worker=%s down_for=%.1fs error=%s",
+                self.id,
+                down_for,
+                exc,
+            )
             if down_for > self.options.database_unavailable_timeout:
                 raise WorkerFatal(
                     "Database unreachable for %.0fs (limit %ss): %s"
@@ -358,6 +378,12 @@ class Worker:
         logger.info(
             "worker summary worker=%s claimed=%s succeeded=%s failed=%s retried=%s deferred=%s "
             "handed_back=%s running=%s",
-            self.id, counts["claimed"], counts["succeeded"], counts["failed"], counts["retried"],
-            counts["deferred"], counts["handed_back"], len(self._running),
+            self.id,
+            counts["claimed"],
+            counts["succeeded"],
+            counts["failed"],
+            counts["retried"],
+            counts["deferred"],
+            counts["handed_back"],
+            len(self._running),
         )

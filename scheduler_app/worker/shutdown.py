@@ -28,8 +28,9 @@ def graceful_signals(stop: Callable[[], None]) -> Iterator[None]:
         if len(received) > 1:
             logger.warning("second signal, exiting now signal=%s", signal.Signals(signum).name)
             os._exit(FORCED_EXIT_STATUS)
-        logger.info("stopping: no new claims, finishing running jobs signal=%s",
-                    signal.Signals(signum).name)
+        logger.info(
+            "stopping: no new claims, finishing running jobs signal=%s", signal.Signals(signum).name
+        )
         stop()
 
     previous = {signum: signal.signal(signum, handle) for signum in STOP_SIGNALS}

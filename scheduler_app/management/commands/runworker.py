@@ -40,19 +40,42 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "-q", "--queue", action="append", dest="queues", metavar="NAME",
+            "-q",
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
             help="Serve this queue (repeatable). Default: every queue in SCHEDULER_APP['QUEUES'].",
         )
-        parser.add_argument("-c", "--concurrency", type=positive_int,
-                            help="Jobs run at once (threads). Default: CONCURRENCY.")
-        parser.add_argument("--batch-size", type=positive_int,
-                            help="Most jobs claimed per statement. Default: CLAIM_BATCH_SIZE.")
-        parser.add_argument("--poll-interval", type=positive_float, metavar="SECONDS",
-                            help="Longest idle wait between claims. Default: POLL_INTERVAL.")
-        parser.add_argument("--lease", type=positive_float, metavar="SECONDS",
-                            help="Lease length; renewed every third of it. Default: LEASE_SECONDS.")
-        parser.add_argument("--shutdown-timeout", type=positive_float, metavar="SECONDS",
-                            help="How long a stop waits for running jobs. Default: SHUTDOWN_TIMEOUT.")
+        parser.add_argument(
+            "-c",
+            "--concurrency",
+            type=positive_int,
+            help="Jobs run at once (threads). Default: CONCURRENCY.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int,
+            help="Most jobs claimed per statement. Default: CLAIM_BATCH_SIZE.",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=positive_float,
+            metavar="SECONDS",
+            help="Longest idle wait between claims. Default: POLL_INTERVAL.",
+        )
+        parser.add_argument(
+            "--lease",
+            type=positive_float,
+            metavar="SECONDS",
+            help="Lease length; renewed every third of it. Default: LEASE_SECONDS.",
+        )
+        parser.add_argument(
+            "--shutdown-timeout",
+            type=positive_float,
+            metavar="SECONDS",
+            help="How long a stop waits for running jobs. Default: SHUTDOWN_TIMEOUT.",
+        )
         parser.add_argument("--worker-id", help="Name this worker (default host:pid:random).")
 
     def handle(self, *args: Any, **options: Any) -> None:
