@@ -1,0 +1,157 @@
+"""System checks: each bad SCHEDULER_APP setting gets its stable id."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.core import checks as django_checks
+from django.test import override_settings
+
+from scheduler_app import registry
+from scheduler_app.checks import check_settings, check_task_queues
+from scheduler_app.conf import DEFAULTS
+
+
+def scheduler_app_settings(**changes):
+    """Return the test SCHEDULER_APP setting with ``changes`` applied."""
+    return {**settings.SCHEDULER_APP, **changes}
+
+
+def ids(errors):
+    return [error.id for error in errors]
+
+
+def test_the_test_settings_pass_every_check():
+    assert check_settings() == []
+    assert check_task_queues() == []
+
+
+def test_checks_are_registered_with_django():
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(BOGUS=1)):
+        errors = django_checks.run_checks(tags=[django_checks.Tags.compatibility])
+
+    assert "scheduler_app.E001" in ids(errors)
+
+
+def test_unknown_key_is_e001_with_the_known_keys_as_hint():
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(POLL_INTERVALL=1, BOGUS=2)):
+        errors = check_settings()
+
+    assert ids(errors) == ["scheduler_app.E001", "scheduler_app.E001"]
+    assert [error.msg for error in errors] == [
+        "Unknown key 'BOGUS' in SCHEDULER_APP.",
+        "Unknown key 'POLL_INTERVALL' in SCHEDULER_APP.",
+    ]
+    assert errors[0].hint == "Known keys: %s." % ", ".join(sorted(DEFAULTS))
+    assert all(error.level == django_checks.ERROR for error in errors)
+
+
+def test_setting_that_is_not_a_dict_is_e001():
+    with override_settings(SCHEDULER_APP=["QUEUES"]):
+        errors = check_settings()
+
+    assert ids(errors) == ["scheduler_app.E001"]
+    assert errors[0].msg == "SCHEDULER_APP must be a dict."
+
+
+@pytest.mark.parametrize(
+    "queues", [[], (), "default", ["default", ""], ["default", 3], ["q" * 101]]
+)
+def test_queues_not_a_non_empty_list_of_names_is_e002(queues):
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(QUEUES=queues)):
+        errors = check_settings()
+
+    assert ids(errors) == ["scheduler_app.E002"]
+    assert errors[0].msg == (
+        "SCHEDULER_APP['QUEUES'] must be a non-empty list of queue names "
+        "(strings of 1 to 100 characters)."
+    )
+
+
+@pytest.mark.parametrize("value", [-1, 0, -0.5, "1", True, None])
+def test_poll_interval_not_positive_is_e003(value):
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(POLL_INTERVAL=value)):
+        errors = check_settings()
+
+    assert ids(errors) == ["scheduler_app.E003"]
+    assert errors[0].msg == "SCHEDULER_APP['POLL_INTERVAL'] must be a positive number."
+
+
+def test_each_bad_positive_number_gets_its_own_e003():
+    with override_settings(
+        SCHEDULER_APP=scheduler_app_settings(LEASE_SECONDS=0, SHUTDOWN_TIMEOUT=-3)
+    ):
+        errors = check_settings()
+
+    assert [(error.id, error.msg) for error in errors] == [
+        ("scheduler_app.E003", "SCHEDULER_APP['LEASE_SECONDS'] must be a positive number."),
+        ("scheduler_app.E003", "SCHEDULER_APP['SHUTDOWN_TIMEOUT'] must be a positive number."),
+    ]
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, "4", True])
+def test_concurrency_not_a_positive_integer_is_e004(value):
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(CONCURRENCY=value)):
+        errors = check_settings()
+
+    assert ids(errors) == ["scheduler_app.E004"]
+    assert errors[0].msg == "SCHEDULER_APP['CONCURRENCY'] must be a positive integer."
+
+
+def test_negative_undo_safety_margin_is_e005_and_zero_is_allowed():
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(UNDO_SAFETY_MARGIN=-1)):
+        errors = check_settings()
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(UNDO_SAFETY_MARGIN=0)):
+        assert check_settings() == []
+
+    assert ids(errors) == ["scheduler_app.E005"]
+    assert errors[0].msg == "SCHEDULER_APP['UNDO_SAFETY_MARGIN'] must be a number >= 0."
+
+
+@pytest.fixture
+def stray_task():
+    """Register a task on a queue the settings do not list; remove it afterwards."""
+
+    @registry.task(name="tests.checks.stray", queue="nowhere")
+    def stray(ctx):
+        return None
+
+    try:
+        yield stray
+    finally:
+        registry._registry.pop("tests.checks.stray", None)
+
+
+def test_task_on_an_unlisted_queue_is_e010(stray_task):
+    errors = check_task_queues()
+
+    assert ids(errors) == ["scheduler_app.E010"]
+    assert errors[0].msg == (
+        "Task 'tests.checks.stray' uses queue 'nowhere', "
+        "which SCHEDULER_APP['QUEUES'] does not list."
+    )
+
+
+def test_listing_the_queue_clears_e010(stray_task):
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(QUEUES=["default", "nowhere"])):
+        assert check_task_queues() == []
+
+
+def test_e010_names_every_task_whose_queue_was_removed():
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(QUEUES=["emails"])):
+        errors = check_task_queues()
+
+    on_default = sorted(
+        name for name, spec in registry.all_tasks().items() if spec.queue != "emails"
+    )
+    assert {"tests.noop", "tests.versioned"} <= set(on_default)
+    assert ids(errors) == ["scheduler_app.E010"] * len(on_default)
+    assert [error.msg for error in errors] == [
+        "Task %r uses queue %r, which SCHEDULER_APP['QUEUES'] does not list."
+        % (name, registry.get_task(name).queue)
+        for name in on_default
+    ]
+    assert (
+        "Task 'tests.noop' uses queue 'default', which SCHEDULER_APP['QUEUES'] does not list."
+        in [error.msg for error in errors]
+    )
