@@ -108,11 +108,11 @@ def parse_retry_after(value: str, *, now: dt.datetime | None = None) -> dt.timed
     from scheduler_app.clock import now as clock_now
 
     text = value.strip()
-    if text.isdigit():
-        return dt.timedelta(seconds=int(text))
     try:
+        if text.isascii() and text.isdigit():
+            return dt.timedelta(seconds=int(text))
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError("Retry-After is neither seconds nor an HTTP date: %r" % value) from exc
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)

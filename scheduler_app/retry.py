@@ -34,8 +34,11 @@ class RetryPolicy:
 
     def max_backoff(self, attempt: int) -> dt.timedelta:
         """Return the upper bound of the wait after failed attempt ``attempt`` (1-based)."""
-        exponent = min(max(attempt - 1, 0), 62)
-        return min(self.cap, self.base * (2**exponent))
+        exponent = max(attempt - 1, 0)
+        # Compare before multiplying: base * 2**47 already overflows a timedelta.
+        if 2**exponent >= self.cap / self.base:
+            return self.cap
+        return self.base * 2**exponent
 
     def backoff(self, attempt: int, rng: random.Random | None = None) -> dt.timedelta:
         """Return a random wait after failed attempt ``attempt`` (1-based)."""

@@ -4,8 +4,8 @@ Both write with the caller's database connection and open no transaction of
 their own, so a job scheduled inside ``transaction.atomic()`` exists only if
 that block commits.
 
-Unique keys: while a job with a given ``unique_key`` is pending or running,
-scheduling the same key again creates nothing and returns that job (its
+Unique keys: while a job of a task with a given ``unique_key`` is pending or
+running, scheduling the same task and key again creates nothing and returns that job (its
 payload and time are left as they were). Once it has finished (succeeded,
 failed or cancelled) the key is free and a new job is created. A partial
 unique constraint enforces this in the database, so concurrent callers on
@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -121,17 +122,17 @@ def schedule_many(
     spec = _resolve_task(task)
     now = clock.now()
     jobs = []
-    for item in items:
+    for index, item in enumerate(items):
         request = item if isinstance(item, JobRequest) else JobRequest(payload=item)
         has_own_time = request.at is not None or request.delay is not None
-        run_at, _ = _run_time(
-            at=request.at if has_own_time else at,
-            delay=request.delay if has_own_time else delay,
-            undo_window=None,
-            now=now,
-        )
-        jobs.append(
-            _build_job(
+        try:
+            run_at, _ = _run_time(
+                at=request.at if has_own_time else at,
+                delay=request.delay if has_own_time else delay,
+                undo_window=None,
+                now=now,
+            )
+            job = _build_job(
                 spec,
                 dataclasses.replace(
                     request,
@@ -144,12 +145,18 @@ def schedule_many(
                 payload_version=payload_version,
                 max_attempts=max_attempts,
             )
-        )
+        except ValidationError as exc:
+            raise type(exc)("Item %s: %s" % (index, exc.message)) from exc
+        jobs.append(job)
     if not jobs:
         return []
     keys = [job.unique_key for job in jobs if job.unique_key is not None]
     if len(keys) != len(set(keys)):
-        raise ValidationError("schedule_many() was given the same unique_key twice.")
+        repeated = sorted(key for key, count in Counter(keys).items() if count > 1)
+        raise ValidationError(
+            "schedule_many() was given the same unique_key more than once: %s."
+            % ", ".join(map(repr, repeated[:5]))
+        )
     keyless = Job.objects.bulk_create(
         [job for job in jobs if job.unique_key is None], batch_size=batch_size
     )
@@ -232,6 +239,8 @@ def _build_job(
             "priority must be an integer from -32768 to 32767; got %r." % (priority,)
         )
     version = payload_version if payload_version is not None else spec.current_payload_version
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise ValidationError("payload_version must be an integer; got %r." % (version,))
     spec.check_payload_version(version)
     attempts = max_attempts if max_attempts is not None else spec.max_attempts
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
@@ -265,19 +274,21 @@ def _check_json(payload: Any) -> Any:
 
 
 def _insert_unique(jobs: Sequence[Job], batch_size: int = 1000) -> list[Job]:
-    """Insert jobs whose unique key is free; return the stored job for each."""
+    """Insert jobs (all of one task) whose key is free; return the stored job for each."""
     if not jobs:
         return []
     if connection.vendor == "postgresql":
         # ON CONFLICT DO NOTHING skips only unique-key conflicts; a concurrent
-        # inserter of the same key waits for our commit, then skips.
-        Job.objects.bulk_create(jobs, batch_size=batch_size, ignore_conflicts=True)
+        # inserter of the same key waits for our commit, then skips. Keys go in
+        # sorted so that two callers lock them in the same order (no deadlock).
+        ordered = sorted(jobs, key=lambda job: job.unique_key or "")
+        Job.objects.bulk_create(ordered, batch_size=batch_size, ignore_conflicts=True)
         return _stored_for(jobs)
     # SQLite's INSERT OR IGNORE would also swallow NOT NULL and CHECK
     # violations, so insert only the keys that are free; SQLite's single
     # writer makes the look-up and the insert one step inside the savepoint.
     with transaction.atomic():
-        taken = {job.unique_key for job in _unfinished_with_keys([j.unique_key for j in jobs])}
+        taken = {job.unique_key for job in _unfinished_with_keys(jobs)}
         Job.objects.bulk_create(
             [job for job in jobs if job.unique_key not in taken], batch_size=batch_size
         )
@@ -285,22 +296,21 @@ def _insert_unique(jobs: Sequence[Job], batch_size: int = 1000) -> list[Job]:
 
 
 def _stored_for(jobs: Sequence[Job]) -> list[Job]:
-    stored = {job.unique_key: job for job in _unfinished_with_keys([j.unique_key for j in jobs])}
+    stored = {job.unique_key: job for job in _unfinished_with_keys(jobs)}
     missing = [job for job in jobs if job.unique_key not in stored]
     if missing:
         # The conflicting job finished between the INSERT and this look-up,
         # which freed its key: insert those once more.
         Job.objects.bulk_create(missing, ignore_conflicts=connection.vendor == "postgresql")
-        stored.update(
-            (job.unique_key, job) for job in _unfinished_with_keys([j.unique_key for j in missing])
-        )
+        stored.update((job.unique_key, job) for job in _unfinished_with_keys(missing))
     return [stored[job.unique_key] for job in jobs]
 
 
-def _unfinished_with_keys(keys: Sequence[str | None]) -> list[Job]:
+def _unfinished_with_keys(jobs: Sequence[Job]) -> list[Job]:
+    """Return the stored unfinished jobs with the same task and unique key as ``jobs``."""
+    keys = [job.unique_key for job in jobs]
+    unfinished = Job.objects.unfinished().filter(task_name=jobs[0].task_name)
     found: list[Job] = []
     for start in range(0, len(keys), LOOKUP_CHUNK):
-        found.extend(
-            Job.objects.unfinished().filter(unique_key__in=keys[start : start + LOOKUP_CHUNK])
-        )
+        found.extend(unfinished.filter(unique_key__in=keys[start : start + LOOKUP_CHUNK]))
     return found

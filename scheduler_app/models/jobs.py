@@ -99,7 +99,7 @@ class Job(models.Model):
         ordering = ["-id"]
         constraints = [
             models.UniqueConstraint(
-                fields=["unique_key"],
+                fields=["task_name", "unique_key"],
                 condition=Q(status__in=["pending", "running"]),
                 name="scheduler_job_unique_key_unfinished",
             ),

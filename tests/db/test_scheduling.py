@@ -505,7 +505,7 @@ def test_more_than_one_of_at_delay_undo_window_is_refused(options):
 def test_schedule_many_item_with_both_at_and_delay_is_refused():
     assert_raises_exactly(
         InvalidSchedule,
-        "Give at most one of at, delay and undo_window.",
+        "Item 0: Give at most one of at, delay and undo_window.",
         schedule_many,
         NOOP,
         [JobRequest(at=NOW, delay=1)],
@@ -654,10 +654,10 @@ def test_bad_unique_key_is_refused(key):
     )
     assert_raises_exactly(
         ValidationError,
-        "unique_key must be a non-empty string of at most 255 characters.",
+        "Item 1: unique_key must be a non-empty string of at most 255 characters.",
         schedule_many,
         NOOP,
-        [JobRequest(unique_key=key)],
+        [JobRequest(unique_key="fine"), JobRequest(unique_key=key)],
     )
     assert not Job.objects.exists()
 
@@ -671,7 +671,7 @@ def test_unique_key_of_255_characters_is_accepted():
 def test_schedule_many_with_the_same_unique_key_twice_is_refused():
     assert_raises_exactly(
         ValidationError,
-        "schedule_many() was given the same unique_key twice.",
+        "schedule_many() was given the same unique_key more than once: 'a'.",
         schedule_many,
         NOOP,
         [JobRequest(unique_key="a"), JobRequest(unique_key="b"), JobRequest(unique_key="a")],
@@ -819,10 +819,32 @@ def test_schedule_many_uses_the_payload_version_for_every_job():
 def test_schedule_many_with_an_unsupported_payload_version_writes_nothing():
     assert_raises_exactly(
         UnsupportedPayloadVersion,
-        "Task 'tests.versioned' does not accept payload version 7 (accepted: 1, 2).",
+        "Item 0: Task 'tests.versioned' does not accept payload version 7 (accepted: 1, 2).",
         schedule_many,
         VERSIONED,
         [{}, {}],
         payload_version=7,
     )
     assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("version", [True, 1.0, "1"])
+def test_payload_version_that_is_not_an_integer_is_refused(version):
+    assert_raises_exactly(
+        ValidationError,
+        "payload_version must be an integer; got %r." % (version,),
+        schedule,
+        VERSIONED,
+        payload_version=version,
+    )
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_unique_keys_are_scoped_to_their_task():
+    first = schedule(NOOP, unique_key="invoice-1")
+    second = schedule(VERSIONED, unique_key="invoice-1")
+
+    assert first.pk != second.pk
+    assert schedule(VERSIONED, unique_key="invoice-1").pk == second.pk

@@ -49,7 +49,9 @@ def test_retry_after_date_in_the_past_is_zero(value):
     assert parse_retry_after(value, now=NOW) == dt.timedelta(0)
 
 
-@pytest.mark.parametrize("value", ["soon", "", "   ", "-5", "1.5", "12s", "Wed, 99 Foo 2026"])
+@pytest.mark.parametrize(
+    "value", ["soon", "", "   ", "-5", "1.5", "12s", "Wed, 99 Foo 2026", "\u00b2", "9" * 30]
+)
 def test_retry_after_garbage_raises_value_error_naming_the_value(value):
     with pytest.raises(ValueError) as excinfo:
         parse_retry_after(value, now=NOW)
