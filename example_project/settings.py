@@ -6,6 +6,7 @@ shared by the web server and the worker).
 
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -75,7 +76,12 @@ USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+_email_backend = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+if django.VERSION >= (6, 1):
+    # Django 6.1 deprecates EMAIL_BACKEND in favour of MAILERS.
+    MAILERS = {"default": {"BACKEND": _email_backend}}
+else:
+    EMAIL_BACKEND = _email_backend
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="demo@example.com")
 
 SCHEDULER_APP = {

@@ -46,7 +46,15 @@ say "Scheduling demo jobs"
 
 web=""
 worker=""
+waiter=""
 stopping=0
+finished=0
+
+signal_children() {
+    for pid in $web $worker; do
+        kill -s "$1" "$pid" 2>/dev/null || true
+    done
+}
 
 stop_both() {
     # First Ctrl-C: one SIGTERM each, so the worker finishes its running jobs
@@ -55,15 +63,32 @@ stop_both() {
     stopping=$((stopping + 1))
     if [ "$stopping" -eq 1 ]; then
         say "Stopping the web server and the worker (Ctrl-C again to force)"
-        signal=TERM
+        signal_children TERM
     else
-        signal=INT
+        signal_children INT
     fi
-    for pid in $web $worker; do
-        kill -s "$signal" "$pid" 2>/dev/null || true
-    done
 }
 trap stop_both INT TERM
+# Whatever ends this script, don't leave the two running.
+trap '[ "$finished" -eq 1 ] || signal_children TERM' EXIT
+
+# Run a command in the background and wait for it. The wait builtin returns
+# as soon as a trapped signal arrives, whereas a foreground child killed by
+# Ctrl-C would make bash exit right after running the trap.
+in_background() {
+    local status=0
+    "$@" &
+    waiter=$!
+    wait "$waiter" || status=$?
+    kill "$waiter" 2>/dev/null || true
+    waiter=""
+    return "$status"
+}
+
+web_is_up() {
+    "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+        "http://127.0.0.1:$PORT/admin/login/" 2>/dev/null
+}
 
 # Each child in its own process group (set -m), so a Ctrl-C reaches only this
 # script, which then signals each child exactly once.
@@ -75,20 +100,10 @@ web=$!
 worker=$!
 set +m
 
-"$PY" - "$PORT" <<'EOF' || true
-import sys, time, urllib.request
-
-url = "http://127.0.0.1:%s/admin/login/" % sys.argv[1]
-deadline = time.monotonic() + 30
-while time.monotonic() < deadline:
-    try:
-        urllib.request.urlopen(url, timeout=2)
-        break
-    except OSError:
-        time.sleep(0.3)
-EOF
-if [ "$stopping" -eq 0 ] && kill -0 "$web" 2>/dev/null; then
-    cat <<EOF
+for _ in $(seq 60); do
+    [ "$stopping" -eq 0 ] && kill -0 "$web" 2>/dev/null || break
+    if in_background web_is_up; then
+        cat <<EOF
 
   ----------------------------------------------------------------
    scheduler_app demo is running
@@ -99,22 +114,22 @@ if [ "$stopping" -eq 0 ] && kill -0 "$web" 2>/dev/null; then
   ----------------------------------------------------------------
 
 EOF
-fi
+        break
+    fi
+    in_background sleep 0.5 || true
+done
 
 # Run until Ctrl-C or until either process exits; then stop the other one.
 while [ "$stopping" -eq 0 ] && kill -0 "$web" 2>/dev/null && kill -0 "$worker" 2>/dev/null; do
-    sleep 1
+    in_background sleep 1 || true
 done
+status=0
 if [ "$stopping" -eq 0 ]; then
     kill -0 "$web" 2>/dev/null || echo "The web server exited; stopping the worker." >&2
     kill -0 "$worker" 2>/dev/null || echo "The worker exited; stopping the web server." >&2
     stopping=1
-    for pid in $web $worker; do
-        kill -s TERM "$pid" 2>/dev/null || true
-    done
-    failed=1
-else
-    failed=0
+    signal_children TERM
+    status=1
 fi
 # wait returns early when a trapped signal arrives; loop until both are gone.
 for pid in $web $worker; do
@@ -122,4 +137,5 @@ for pid in $web $worker; do
         wait "$pid" 2>/dev/null || true
     done
 done
-exit "$failed"
+finished=1
+exit "$status"
