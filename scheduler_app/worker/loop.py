@@ -37,6 +37,10 @@ logger = logging.getLogger("scheduler_app.worker")
 
 T = TypeVar("T")
 
+#: After the first job finishes, wait up to this long for more to finish, so
+#: that recording outcomes and claiming again happen in batches, not per job.
+BATCH_WINDOW = 0.002
+
 
 class WorkerFatal(SchedulerError):
     """The worker cannot go on (e.g. the database stayed unreachable)."""
@@ -142,7 +146,19 @@ class Worker:
             claimed = self._claim(min(free, self.options.batch_size))
             if claimed == min(free, self.options.batch_size):
                 return  # a full batch: more may be due, claim again as slots free up
-        self._wake.wait(self._sleep_time(idle=claimed == 0 and free > 0))
+        self._wait(self._sleep_time(idle=claimed == 0 and free > 0))
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep until woken or ``timeout``; once woken by a finished job, gather a batch."""
+        self._wake.wait(timeout)
+        enough = max(1, min(self.options.concurrency, self.options.batch_size) // 2)
+        deadline = time.monotonic() + BATCH_WINDOW
+        while not self.stopping and 0 < self._outbox.qsize() < min(enough, len(self._running)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            self._wake.wait(remaining)
 
     def _free_slots(self) -> int:
         return self.options.concurrency - len(self._running)
