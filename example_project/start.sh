@@ -31,7 +31,7 @@ say "Migrating the demo database"
 "$PY" manage.py migrate --noinput
 
 say "Creating the demo superuser admin / admin"
-if ! output=$(DJANGO_SUPERUSER_PASSWORD=admin "$PY" manage.py createsuperuser --noinput \
+if ! output=$(env DJANGO_SUPERUSER_PASSWORD=admin "$PY" manage.py createsuperuser --noinput \
     --username admin --email admin@example.com 2>&1); then
     case "$output" in
         *"already taken"*) echo "User admin already exists; keeping it." ;;
@@ -101,7 +101,9 @@ worker=$!
 set +m
 
 for _ in $(seq 60); do
-    [ "$stopping" -eq 0 ] && kill -0 "$web" 2>/dev/null || break
+    if [ "$stopping" -ne 0 ] || ! kill -0 "$web" 2>/dev/null; then
+        break
+    fi
     if in_background web_is_up; then
         cat <<EOF
 
