@@ -1,6 +1,17 @@
 """Tasks the test suite schedules; worker subprocesses import them too."""
 
-from scheduler_app import task
+import datetime as dt
+import os
+import time
+from pathlib import Path
+
+from django.utils import timezone
+
+from scheduler_app import RetryPolicy, task
+from tests.testapp.models import Run
+
+#: Retries within a fraction of a second, so tests that provoke failures stay fast.
+FAST_RETRY = RetryPolicy(base=dt.timedelta(milliseconds=50), cap=dt.timedelta(milliseconds=500))
 
 
 @task(name="tests.noop")
@@ -11,3 +22,26 @@ def noop(job):
 @task(name="tests.versioned", payload_versions=(1, 2))
 def versioned(job):
     return job.payload_version
+
+
+@task(name="tests.record", max_attempts=5, retry=FAST_RETRY)
+def record(job):
+    """Record this run in a Run row: how tests see what ran, how often and in which process."""
+    Run.objects.create(job_id=job.job_id, attempt=job.attempt, pid=os.getpid())
+
+
+@task(name="tests.block_until_flag")
+def block_until_flag(job):
+    """Record this run, then wait until the file payload['flag'] exists; then mark it finished.
+
+    Gives up with TimeoutError after payload['max_wait'] seconds (default 60) so
+    that a forgotten flag cannot keep a worker thread busy forever.
+    """
+    run = Run.objects.create(job_id=job.job_id, attempt=job.attempt, pid=os.getpid())
+    flag = Path(job.payload["flag"])
+    deadline = time.monotonic() + job.payload.get("max_wait", 60)
+    while not flag.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("flag %s did not appear" % flag)
+        time.sleep(0.02)
+    Run.objects.filter(pk=run.pk).update(finished_at=timezone.now())

@@ -1,0 +1,97 @@
+"""SIGTERM stops claiming, lets running jobs finish within the timeout, hands back the rest."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from scheduler_app.models import Job, JobAttempt
+from scheduler_app.scheduling import schedule, schedule_many
+from tests.helpers import wait_until
+from tests.testapp.models import Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Status = Job.Status
+STOPPING = "stopping: no new claims, finishing running jobs signal=SIGTERM"
+
+
+def start_blocking_job(start_worker, flag, *worker_args):
+    """Schedule a job that blocks until ``flag`` exists, start a worker, wait until it runs it."""
+    job = schedule("tests.block_until_flag", {"flag": str(flag)})
+    worker = start_worker(*worker_args)
+    wait_until(lambda: Run.objects.filter(job_id=job.pk).exists(), message="the job to start")
+    return job, worker
+
+
+def test_sigterm_lets_running_job_finish_and_claims_nothing_after(start_worker, tmp_path):
+    """After SIGTERM the running job finishes and succeeds; due jobs stay pending, unclaimed."""
+    flag = tmp_path / "release"
+    job, worker = start_blocking_job(
+        start_worker, flag, "--concurrency", "1", "--shutdown-timeout", "10"
+    )
+    # Due now, but the worker's only slot is taken until after the signal.
+    waiting = [j.pk for j in schedule_many("tests.record", [{}] * 3)]
+
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_output(STOPPING)
+    flag.touch()
+    assert worker.wait_exit() == 0, worker.output
+
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (Status.SUCCEEDED, 1)
+    assert Run.objects.get(job_id=job.pk).finished_at is not None
+    assert (
+        list(Job.objects.filter(pk__in=waiting).values_list("status", "attempts", "worker_id"))
+        == [(Status.PENDING, 0, "")] * 3
+    )
+    assert not Run.objects.filter(job_id__in=waiting).exists()
+    assert not JobAttempt.objects.filter(job_id__in=waiting).exists()
+    assert "worker stopped worker=" in worker.output
+
+
+def test_sigterm_hands_back_job_that_cannot_finish(start_worker, tmp_path):
+    """A job still running at the shutdown timeout goes back to pending without using an attempt."""
+    job, worker = start_blocking_job(
+        start_worker, tmp_path / "never", "--shutdown-timeout", "1", "--worker-id", "w-handback"
+    )
+    signalled = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit(timeout=15) == 0, worker.output
+    assert time.monotonic() - signalled < 10
+
+    reason = (
+        "Worker w-handback stopped; the job did not finish within the 1.0s shutdown timeout "
+        "and was handed back."
+    )
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.worker_id, job.lease_expires_at, job.last_error) == (
+        Status.PENDING,
+        0,
+        "",
+        None,
+        reason,
+    )
+    assert list(job.attempt_history.values_list("attempt", "outcome", "worker_id", "error")) == [
+        (1, JobAttempt.Outcome.INTERRUPTED, "w-handback", reason),
+    ]
+
+
+def test_second_sigterm_exits_at_once_with_status_1(start_worker, tmp_path):
+    """A second SIGTERM during a graceful stop exits at once, non-zero; the lease covers the job."""
+    job, worker = start_blocking_job(
+        start_worker, tmp_path / "never", "--shutdown-timeout", "60", "--worker-id", "w-forced"
+    )
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_output(STOPPING)
+    signalled = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.wait_exit(timeout=10) == 1, worker.output
+    assert time.monotonic() - signalled < 5
+    assert "second signal, exiting now signal=SIGTERM" in worker.output
+
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.worker_id) == (Status.RUNNING, 1, "w-forced")
+    assert job.lease_expires_at is not None
