@@ -34,19 +34,22 @@ def cancel(job_id: int, *, by: Any = None, queryset: Any = None) -> CancelOutcom
     """
     jobs = queryset if queryset is not None else Job.objects.all()
     now = clock.now()
-    updated = jobs.filter(pk=job_id, status=Job.Status.PENDING).update(
-        status=Job.Status.CANCELLED,
-        cancelled_at=now,
-        cancelled_by=by if getattr(by, "pk", None) is not None else None,
-        finished_at=now,
-    )
-    if updated:
-        return CancelOutcome.CANCELLED
-    status = jobs.filter(pk=job_id).values_list("status", flat=True).first()
+    while True:
+        updated = jobs.filter(pk=job_id, status=Job.Status.PENDING).update(
+            status=Job.Status.CANCELLED,
+            cancelled_at=now,
+            cancelled_by=by if getattr(by, "pk", None) is not None else None,
+            finished_at=now,
+        )
+        if updated:
+            return CancelOutcome.CANCELLED
+        status = jobs.filter(pk=job_id).values_list("status", flat=True).first()
+        if status != Job.Status.PENDING:
+            break
+        # It was running at our UPDATE and went back to pending (a retry)
+        # before the read: it is cancellable again, so try once more.
     return {
         None: CancelOutcome.NOT_FOUND,
         Job.Status.CANCELLED: CancelOutcome.ALREADY_CANCELLED,
         Job.Status.RUNNING: CancelOutcome.TOO_LATE,
-        # Still pending after a failed guarded update cannot happen; treat as a race lost.
-        Job.Status.PENDING: CancelOutcome.TOO_LATE,
     }.get(status, CancelOutcome.ALREADY_FINISHED)

@@ -269,8 +269,15 @@ def _check_json(payload: Any) -> Any:
     """Return the payload as it will read back from the database, or raise InvalidPayload."""
     try:
         return json.loads(json.dumps(payload, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayload("The payload is not JSON-serialisable: %s." % exc) from exc
+    except ValueError as exc:
+        raise InvalidPayload(
+            "The payload contains NaN or Infinity, which JSON cannot represent."
+        ) from exc
+    except TypeError as exc:
+        # The first line only: newer Pythons add notes on where the value sits.
+        raise InvalidPayload(
+            "The payload is not JSON-serialisable: %s." % str(exc).splitlines()[0]
+        ) from exc
 
 
 def _insert_unique(jobs: Sequence[Job], batch_size: int = 1000) -> list[Job]:

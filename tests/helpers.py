@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from django.db import connection
+
+from scheduler_app.worker.loop import Worker, WorkerOptions
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -55,4 +59,54 @@ def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Po
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+    )
+
+
+@contextlib.contextmanager
+def running_worker(**overrides: Any) -> Iterator[Worker]:
+    """Run a real Worker in a thread of this process for the block, then stop it.
+
+    run() returns only after its LISTEN thread let go of its connection, so
+    the test database can be flushed right after.
+    """
+    options = {
+        "queues": ("default",),
+        "concurrency": 2,
+        "batch_size": 10,
+        "poll_interval": 0.05,
+        "lease_seconds": 10,
+        "shutdown_timeout": 5,
+        "database_unavailable_timeout": 10,
+        "summary_interval": 60,
+        **overrides,
+    }
+    worker = Worker(WorkerOptions(**options))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # re-raised in the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="test-worker", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the worker did not stop within 30s"
+        if errors:
+            raise errors[0]
+
+
+def wait_for_status(job: Any, *statuses: str, timeout: float = 20.0) -> Any:
+    """Wait until ``job`` has one of ``statuses``; return the stored Job."""
+    from scheduler_app.models import Job
+
+    return wait_until(
+        lambda: Job.objects.filter(pk=job.pk, status__in=statuses).first(),
+        timeout=timeout,
+        message="job %s to be %s" % (job.pk, "/".join(statuses)),
     )

@@ -5,6 +5,7 @@ A SQLite *file* (not :memory:) so that runworker subprocesses share it.
 
 from pathlib import Path
 
+import django
 import environ
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -59,7 +60,11 @@ TEMPLATES = [
         },
     }
 ]
-EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+if django.VERSION >= (6, 1):
+    # Django 6.1 deprecates EMAIL_BACKEND in favour of MAILERS.
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "/static/"
 

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, connection
 
 from scheduler_app import clock
 from scheduler_app.db import backend
@@ -76,7 +76,8 @@ def default_worker_id() -> str:
 class _Running:
     job: ClaimedJob
     deadline: float | None  # time.monotonic() after which the job has timed out
-    finalised: bool = False  # a Finish was already recorded (timeout / hand-back)
+    timed_out: bool = False  # past its deadline; fails as a timeout whenever it returns
+    finalised: bool = False  # handed back at shutdown: whatever it returns is discarded
 
 
 class Worker:
@@ -129,6 +130,8 @@ class Worker:
         finally:
             for _ in self._threads:
                 self._inbox.put(None)
+            if self._listener is not None:
+                self._listener.join(timeout=5)
             self._log_summary()
             connection.close()
         logger.info("worker stopped worker=%s", self.id)
@@ -204,16 +207,18 @@ class Worker:
             except queue.Empty:
                 return
             running = self._running.pop(job_id)
-            if isinstance(outcome, BaseException):
-                # execute() itself broke (a bug, or the interpreter shutting down).
-                outcome = fail(running.job, outcome, retryable=False)
             if running.finalised:
                 logger.warning(
-                    "late completion discarded job=%s task=%s: it had timed out or was handed back",
+                    "late completion discarded job=%s task=%s: it was handed back",
                     job_id,
                     running.job.task_name,
                 )
                 continue
+            if isinstance(outcome, BaseException):
+                # execute() itself broke (a bug, or the interpreter shutting down).
+                outcome = fail(running.job, outcome, retryable=False)
+            elif running.timed_out:
+                outcome = self._timeout_failure(running.job)
             self._unflushed.append(outcome)
 
     def _flush(self) -> None:
@@ -262,18 +267,31 @@ class Worker:
             self._log_summary()
 
     def _expire_timeouts(self, now: float) -> None:
+        """Mark jobs past their task's timeout; each fails as a timeout when it returns.
+
+        A thread cannot be interrupted, so the job keeps its slot and its
+        lease until the handler returns: a retry never runs beside it.
+        """
         for running in self._running.values():
-            if running.finalised or running.deadline is None or now < running.deadline:
+            if running.timed_out or running.deadline is None or now < running.deadline:
                 continue
-            running.finalised = True
+            running.timed_out = True
             job = running.job
-            spec = get_task(job.task_name)
-            exc = JobTimeout("Job ran longer than its %ss timeout." % spec.timeout.total_seconds())
             logger.warning(
-                "job timed out job=%s task=%s attempt=%s", job.id, job.task_name, job.attempt
+                "job timed out, its attempt will fail when the handler returns "
+                "job=%s task=%s attempt=%s",
+                job.id,
+                job.task_name,
+                job.attempt,
             )
-            # The thread cannot be interrupted; it keeps its slot until the handler returns.
-            self._unflushed.append(fail(job, exc, retryable=True, spec=spec, with_traceback=False))
+
+    def _timeout_failure(self, job: ClaimedJob) -> Finish:
+        spec = get_task(job.task_name)
+        assert spec.timeout is not None
+        exc = JobTimeout("Job ran longer than its %ss timeout." % spec.timeout.total_seconds())
+        return fail(
+            job, exc, retryable=spec.retry.should_retry(exc), spec=spec, with_traceback=False
+        )
 
     def _sleep_time(self, *, idle: bool) -> float:
         timeout = self.options.poll_interval
@@ -285,7 +303,7 @@ class Worker:
             next_due = self._with_db(self._next_due_in)
             if next_due is not None:
                 timeout = min(timeout, next_due)
-        deadlines = [r.deadline for r in self._running.values() if r.deadline and not r.finalised]
+        deadlines = [r.deadline for r in self._running.values() if r.deadline and not r.timed_out]
         if deadlines:
             timeout = min(timeout, max(min(deadlines) - time.monotonic(), 0))
         return max(timeout, 0.0)
@@ -365,7 +383,7 @@ class Worker:
         """
         try:
             result = operation()
-        except DatabaseError as exc:
+        except (DatabaseError, InterfaceError) as exc:
             connection.close()
             now = time.monotonic()
             if self._db_down_since is None:

@@ -14,6 +14,9 @@ from scheduler_app.db.postgresql import CHANNEL
 
 logger = logging.getLogger("scheduler_app.worker")
 
+#: How often the listener looks at the stop event while no NOTIFY arrives.
+STOP_CHECK_INTERVAL = 0.25
+
 
 class Listener(threading.Thread):
     """LISTEN on its own connection; on a NOTIFY for one of our queues, wake the worker.
@@ -54,7 +57,7 @@ class Listener(threading.Thread):
             conn.execute("LISTEN %s" % CHANNEL)
             self.listening.set()
             while not self.stop_event.is_set():
-                for notify in conn.notifies(timeout=1.0):
+                for notify in conn.notifies(timeout=STOP_CHECK_INTERVAL):
                     self._heard(notify.payload)
 
     def _heard(self, payload: str) -> None:

@@ -12,7 +12,7 @@ from scheduler_app.conf import app_settings
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.worker.execution import ClaimedJob, execute
-from tests.db.test_worker_outcomes import running_worker, wait_for_status
+from tests.helpers import running_worker, wait_for_status
 
 SECOND = dt.timedelta(seconds=1)
 LEASE = dt.timedelta(seconds=30)
