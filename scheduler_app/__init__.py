@@ -16,6 +16,7 @@ __all__ = [
     "RetryLater",
     "RetryPolicy",
     "cancel",
+    "cancel_by_key",
     "schedule",
     "schedule_many",
     "task",
@@ -24,6 +25,7 @@ __all__ = [
 _LAZY = {
     "CancelOutcome": "scheduler_app.cancellation",
     "cancel": "scheduler_app.cancellation",
+    "cancel_by_key": "scheduler_app.cancellation",
     "JobContext": "scheduler_app.registry",
     "task": "scheduler_app.registry",
     "JobRequest": "scheduler_app.scheduling",

@@ -53,3 +53,21 @@ def cancel(job_id: int, *, by: Any = None, queryset: Any = None) -> CancelOutcom
         Job.Status.CANCELLED: CancelOutcome.ALREADY_CANCELLED,
         Job.Status.RUNNING: CancelOutcome.TOO_LATE,
     }.get(status, CancelOutcome.ALREADY_FINISHED)
+
+
+def cancel_by_key(task: Any, unique_key: str, *, by: Any = None) -> CancelOutcome:
+    """Cancel the job of ``task`` (a TaskSpec or name) with ``unique_key``; see cancel().
+
+    Looks at the newest job with that key, so after a cancel or a finished
+    run it reports that job's state.
+    """
+    task_name = task if isinstance(task, str) else task.name
+    job_id = (
+        Job.objects.filter(task_name=task_name, unique_key=unique_key)
+        .order_by("-id")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if job_id is None:
+        return CancelOutcome.NOT_FOUND
+    return cancel(job_id, by=by)

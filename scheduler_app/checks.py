@@ -12,6 +12,7 @@ from scheduler_app.registry import all_tasks
 
 POSITIVE_NUMBERS = (
     "POLL_INTERVAL",
+    "SCHEDULER_INTERVAL",
     "LEASE_SECONDS",
     "SHUTDOWN_TIMEOUT",
     "DATABASE_UNAVAILABLE_TIMEOUT",
@@ -87,3 +88,15 @@ def check_task_queues(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         for name, spec in sorted(all_tasks().items())
         if spec.queue not in queues
     ]
+
+
+@register(Tags.compatibility)
+def check_declared_schedules(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    from scheduler_app.exceptions import ValidationError
+    from scheduler_app.schedules.declared import declared_schedules
+
+    try:
+        declared_schedules()
+    except ValidationError as exc:
+        return [Error(exc.message, id="scheduler_app.E020")]
+    return []

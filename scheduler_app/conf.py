@@ -27,6 +27,10 @@ DEFAULTS: dict[str, Any] = {
     "SUMMARY_INTERVAL": 60.0,
     # Extra seconds added to an undo window, so a click at the last moment wins.
     "UNDO_SAFETY_MARGIN": 2.0,
+    # Recurring schedules declared in code (see scheduler_app.schedules.declared),
+    # and how often each worker looks for due occurrences (seconds).
+    "SCHEDULES": {},
+    "SCHEDULER_INTERVAL": 1.0,
     # Task defaults, overridable per task in @task(...).
     "DEFAULT_MAX_ATTEMPTS": 3,
     "DEFAULT_TIMEOUT": None,

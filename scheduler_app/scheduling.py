@@ -48,6 +48,9 @@ class JobRequest:
     payload: Any = None
     at: dt.datetime | None = None
     delay: dt.timedelta | float | None = None
+    #: The time the handler sees as scheduled_for (e.g. a recurring schedule's
+    #: occurrence when ``at`` adds jitter); defaults to the run time.
+    scheduled_for: dt.datetime | None = None
     unique_key: str | None = None
     owner: Any = None
     priority: int | None = None
@@ -250,13 +253,16 @@ def _build_job(
         not isinstance(unique_key, str) or not unique_key or len(unique_key) > 255
     ):
         raise ValidationError("unique_key must be a non-empty string of at most 255 characters.")
+    scheduled_for = request.scheduled_for if request.scheduled_for is not None else run_at
+    if timezone.is_naive(scheduled_for):
+        raise InvalidSchedule("scheduled_for must be timezone-aware.")
     return Job(
         task_name=spec.name,
         queue=queue,
         priority=priority,
         payload=_check_json({} if request.payload is None else request.payload),
         payload_version=version,
-        scheduled_for=run_at,
+        scheduled_for=scheduled_for,
         run_at=run_at,
         max_attempts=attempts,
         unique_key=unique_key,

@@ -117,3 +117,15 @@ def lateness_percentiles(attempts: QuerySet) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(LATENESS.format(attempts=sql), params)
         return cursor.fetchall()
+
+
+SCHEDULER_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('scheduler_app.schedules'))"
+"""Let one worker at a time enqueue schedule occurrences; released at commit,
+so no worker is a single point of failure."""
+
+
+def try_scheduler_lock() -> bool:
+    """Take the scheduler's transaction-level advisory lock if it is free."""
+    with connection.cursor() as cursor:
+        cursor.execute(SCHEDULER_LOCK)
+        return bool(cursor.fetchone()[0])

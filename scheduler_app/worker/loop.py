@@ -29,6 +29,8 @@ from scheduler_app.db import backend
 from scheduler_app.exceptions import JobTimeout, SchedulerError, UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import get_task
+from scheduler_app.schedules.declared import sync_declared_schedules
+from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
 from scheduler_app.signals import job_failed
 from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob, Finish, execute, fail, hand_back
@@ -60,6 +62,8 @@ class WorkerOptions:
     shutdown_timeout: float
     database_unavailable_timeout: float
     summary_interval: float
+    #: Seconds between looks for due schedule occurrences; None: this worker never does.
+    scheduler_interval: float | None = None
     worker_id: str = dataclasses.field(default_factory=lambda: default_worker_id())
 
     @property
@@ -100,6 +104,7 @@ class Worker:
         self._next_renew = now + options.lease_seconds / 3
         self._next_rescue = now
         self._next_summary = now + options.summary_interval
+        self._next_schedule_tick = now
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -123,6 +128,8 @@ class Worker:
             self.options.batch_size,
             connection.vendor,
         )
+        if self.options.scheduler_interval is not None:
+            self._with_db(sync_declared_schedules)
         try:
             while not self.stopping:
                 self._turn()
@@ -265,6 +272,10 @@ class Worker:
         if now >= self._next_summary:
             self._next_summary = now + self.options.summary_interval
             self._log_summary()
+        interval = self.options.scheduler_interval
+        if interval is not None and now >= self._next_schedule_tick and not self.stopping:
+            self._next_schedule_tick = now + interval
+            self._with_db(enqueue_due_occurrences)
 
     def _expire_timeouts(self, now: float) -> None:
         """Mark jobs past their task's timeout; each fails as a timeout when it returns.
@@ -295,6 +306,8 @@ class Worker:
 
     def _sleep_time(self, *, idle: bool) -> float:
         timeout = self.options.poll_interval
+        if self.options.scheduler_interval is not None:
+            timeout = min(timeout, max(self._next_schedule_tick - time.monotonic(), 0))
         if self._listener is not None:
             next_run_at = self._listener.pop_next_run_at()  # type: ignore[attr-defined]
             if next_run_at is not None:

@@ -77,6 +77,11 @@ class Command(BaseCommand):
             help="How long a stop waits for running jobs. Default: SHUTDOWN_TIMEOUT.",
         )
         parser.add_argument("--worker-id", help="Name this worker (default host:pid:random).")
+        parser.add_argument(
+            "--no-scheduler",
+            action="store_true",
+            help="Do not enqueue recurring schedules' occurrences from this worker.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         known = list(app_settings.QUEUES)
@@ -96,6 +101,7 @@ class Command(BaseCommand):
             shutdown_timeout=options["shutdown_timeout"] or app_settings.SHUTDOWN_TIMEOUT,
             database_unavailable_timeout=app_settings.DATABASE_UNAVAILABLE_TIMEOUT,
             summary_interval=app_settings.SUMMARY_INTERVAL,
+            scheduler_interval=None if options["no_scheduler"] else app_settings.SCHEDULER_INTERVAL,
             worker_id=options["worker_id"] or default_worker_id(),
         )
         worker = Worker(worker_options)

@@ -1,0 +1,181 @@
+"""Recurring schedules and the record of each occurrence."""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from scheduler_app import clock
+from scheduler_app.models.jobs import Job
+
+
+def validate_cron(expression: str) -> None:
+    """Raise ValidationError unless ``expression`` is a valid 5-field cron expression."""
+    from scheduler_app.schedules.recurrence import CronError, check_cron
+
+    try:
+        check_cron(expression)
+    except CronError as exc:
+        raise ValidationError(
+            _("Invalid cron expression %(expression)r: %(reason)s."),
+            code="invalid_cron",
+            params={"expression": expression, "reason": exc},
+        ) from exc
+
+
+def validate_timezone(name: str) -> None:
+    """Raise ValidationError unless ``name`` is an IANA time zone."""
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValidationError(
+            _("Unknown time zone %(name)r; use an IANA name such as Europe/London."),
+            code="invalid_timezone",
+            params={"name": name},
+        ) from exc
+
+
+class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    def due(self, now: dt.datetime) -> ScheduleQuerySet:
+        """Return enabled schedules whose next occurrence has come (or is unknown)."""
+        return self.filter(enabled=True).filter(Q(next_run_at__lte=now) | Q(next_run_at=None))
+
+
+class Schedule(models.Model):
+    """A task that runs again and again: on a cron, at a fixed rate, or with a fixed delay."""
+
+    class Kind(models.TextChoices):
+        CRON = "cron", _("cron expression in a time zone")
+        FIXED_RATE = "fixed_rate", _("fixed rate: every interval from the previous start")
+        FIXED_DELAY = "fixed_delay", _("fixed delay: the interval after the previous run ended")
+
+    class Overlap(models.TextChoices):
+        SKIP = "skip", _("skip while the previous run is pending or running")
+        ALLOW = "allow", _("allow runs in parallel")
+
+    class Misfire(models.TextChoices):
+        RUN_ONCE = "run_once", _("run once to catch up")
+        RUN_ALL = "run_all", _("run every missed occurrence")
+        SKIP = "skip", _("skip missed occurrences")
+
+    name = models.SlugField(max_length=100, unique=True)
+    task_name = models.CharField(max_length=200)
+    payload = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(
+        max_length=100, blank=True, default="", help_text=_("Empty: the task's queue.")
+    )
+    enabled = models.BooleanField(default=True)
+
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CRON)
+    cron = models.CharField(max_length=200, blank=True, default="", validators=[validate_cron])
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
+    interval = models.DurationField(null=True, blank=True)
+    start_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_("Fixed rate: the first occurrence; later ones follow it."),
+    )
+
+    overlap_policy = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.SKIP)
+    misfire_policy = models.CharField(
+        max_length=8, choices=Misfire.choices, default=Misfire.RUN_ONCE
+    )
+    misfire_grace = models.DurationField(
+        default=dt.timedelta(minutes=1),
+        help_text=_("An occurrence later than this when the scheduler sees it counts as missed."),
+    )
+    jitter = models.DurationField(
+        default=dt.timedelta(0),
+        help_text=_("Spread runs by a random offset up to this, fixed per occurrence."),
+    )
+
+    # The scheduler's cursor: the next occurrence not yet handled (None: work it out).
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    declared_in_code = models.BooleanField(default=False, editable=False)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
+
+    objects = ScheduleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(kind="cron") & ~Q(cron=""))
+                | (Q(kind__in=["fixed_rate", "fixed_delay"]) & Q(interval__gt=dt.timedelta(0))),
+                name="scheduler_schedule_kind_has_its_definition",
+            ),
+            models.CheckConstraint(
+                condition=Q(jitter__gte=dt.timedelta(0)) & Q(misfire_grace__gte=dt.timedelta(0)),
+                name="scheduler_schedule_durations_not_negative",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_run_at"], condition=Q(enabled=True), name="scheduler_schedule_due"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from scheduler_app.exceptions import UnknownTask
+        from scheduler_app.registry import get_task
+
+        errors: dict[str, str] = {}
+        if self.kind == self.Kind.CRON and not self.cron:
+            errors["cron"] = _("A cron schedule needs a cron expression.")
+        if self.kind != self.Kind.CRON and not (self.interval and self.interval > dt.timedelta(0)):
+            errors["interval"] = _(
+                "A fixed rate or fixed delay schedule needs a positive interval."
+            )
+        try:
+            get_task(self.task_name)
+        except UnknownTask as exc:
+            errors["task_name"] = exc.message
+        if errors:
+            raise ValidationError(errors)
+
+    @property
+    def tz(self) -> zoneinfo.ZoneInfo:
+        return zoneinfo.ZoneInfo(self.timezone)
+
+
+class ScheduleOccurrence(models.Model):
+    """What the scheduler did with one occurrence: enqueued a job, or skipped it and why.
+
+    Unique per (schedule, occurrence time): the database refuses a second
+    record of the same occurrence, whatever the number of schedulers.
+    """
+
+    class Outcome(models.TextChoices):
+        ENQUEUED = "enqueued", _("enqueued")
+        SKIPPED_OVERLAP = "skipped_overlap", _("skipped: previous run still pending or running")
+        SKIPPED_MISFIRE = "skipped_misfire", _("skipped: missed while nothing was running")
+        ERROR = "error", _("could not be enqueued")
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences")
+    occurrence_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    job = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="schedule_occurrences"
+    )
+    detail = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        ordering = ["-occurrence_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["schedule", "occurrence_at"], name="scheduler_occurrence_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return "%s @ %s: %s" % (self.schedule_id, self.occurrence_at.isoformat(), self.outcome)

@@ -1,0 +1,1 @@
+"""Recurring schedules: recurrence rules, policy decisions, the occurrence enqueuer."""

@@ -1,0 +1,202 @@
+"""The occurrence enqueuer: turn due occurrences into jobs, exactly once.
+
+``enqueue_due_occurrences()`` runs inside every runworker (no beat process
+to deploy). Exactly-once per occurrence rests on the database, not on who
+runs it: each schedule's cursor (next_run_at) moves by a compare-and-set
+UPDATE in the same transaction that creates the occurrence's job, and
+ScheduleOccurrence is unique per (schedule, occurrence time). On
+PostgreSQL a transaction-level advisory lock also lets one worker at a time
+do the work; if it dies, the next worker to tick takes over.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import logging
+
+from django.db import connection, transaction
+
+from scheduler_app import clock
+from scheduler_app.exceptions import SchedulerError
+from scheduler_app.models import Job, Schedule, ScheduleOccurrence
+from scheduler_app.schedules.policy import decide
+from scheduler_app.schedules.recurrence import fixed_jitter, occurrences_after
+from scheduler_app.scheduling import JobRequest, schedule_many
+
+logger = logging.getLogger("scheduler_app.schedules")
+
+#: At most this many occurrences are looked at per schedule and tick; a
+#: longer backlog is worked through over the following ticks.
+MAX_OCCURRENCES_PER_TICK = 1000
+
+
+def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
+    """Enqueue the due occurrences of every enabled schedule; return how many jobs."""
+    now = now or clock.now()
+    enqueued = 0
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            from scheduler_app.db.postgresql import try_scheduler_lock
+
+            if not try_scheduler_lock():
+                return 0  # another worker is ticking right now
+        for schedule in Schedule.objects.due(now).order_by("id"):
+            try:
+                with transaction.atomic():
+                    enqueued += _tick(schedule, now)
+            except SchedulerError as exc:
+                logger.error("schedule cannot enqueue schedule=%s error=%s", schedule.name, exc)
+                _record_error(schedule, now, str(exc))
+    return enqueued
+
+
+def occurrence_key(schedule: Schedule, occurrence: dt.datetime) -> str:
+    """Return the unique key of an occurrence's job."""
+    return "schedule:%s:%s" % (schedule.name, occurrence.astimezone(dt.UTC).isoformat())
+
+
+def _tick(schedule: Schedule, now: dt.datetime) -> int:
+    cursor = schedule.next_run_at
+    if schedule.kind == Schedule.Kind.FIXED_DELAY:
+        return _tick_fixed_delay(schedule, cursor, now)
+    if cursor is None:
+        first = next(occurrences_after(schedule, now - dt.timedelta(microseconds=1)))
+        _move_cursor(schedule, None, first, now)
+        return 0 if first > now else _tick(schedule, now)
+    upcoming = itertools.chain([cursor], occurrences_after(schedule, cursor))
+    due = list(
+        itertools.islice(
+            itertools.takewhile(lambda at: at <= now, upcoming), MAX_OCCURRENCES_PER_TICK
+        )
+    )
+    following = next(occurrences_after(schedule, due[-1]))
+    return _handle(schedule, cursor, due, following, now)
+
+
+def _tick_fixed_delay(schedule: Schedule, cursor: dt.datetime | None, now: dt.datetime) -> int:
+    if cursor is None:
+        if _previous_unfinished(schedule):
+            return 0  # the next run is due an interval after this one ends
+        last_end = (
+            Job.objects.filter(schedule_occurrences__schedule=schedule)
+            .exclude(finished_at=None)
+            .order_by("-finished_at")
+            .values_list("finished_at", flat=True)
+            .first()
+        )
+        start = schedule.start_at or schedule.created_at
+        following = last_end + schedule.interval if last_end else start
+        if not _move_cursor(schedule, None, following, now) or following > now:
+            return 0
+        cursor = following
+    # After this run, the cursor waits (None) until the run has ended.
+    return _handle(schedule, cursor, [cursor], None, now)
+
+
+def _handle(
+    schedule: Schedule,
+    cursor: dt.datetime,
+    due: list[dt.datetime],
+    following: dt.datetime | None,
+    now: dt.datetime,
+) -> int:
+    decision = decide(
+        due,
+        now=now,
+        grace=schedule.misfire_grace,
+        misfire=schedule.misfire_policy,
+        overlap=schedule.overlap_policy,
+        previous_unfinished=_previous_unfinished(schedule),
+    )
+    if schedule.kind == Schedule.Kind.FIXED_DELAY and not decision.enqueue:
+        following = now + schedule.interval  # skipped: count the delay from now
+    if not _move_cursor(schedule, cursor, following, now):
+        return 0  # another scheduler handled these occurrences
+    jobs = schedule_many(
+        schedule.task_name,
+        [
+            JobRequest(
+                payload=schedule.payload,
+                at=at + fixed_jitter(schedule.jitter, occurrence_key(schedule, at)),
+                scheduled_for=at,
+                unique_key=occurrence_key(schedule, at),
+            )
+            for at in decision.enqueue
+        ],
+        queue=schedule.queue or None,
+    )
+    Outcome = ScheduleOccurrence.Outcome
+    ScheduleOccurrence.objects.bulk_create(
+        [
+            ScheduleOccurrence(
+                schedule=schedule,
+                occurrence_at=at,
+                outcome=Outcome.ENQUEUED,
+                job=job,
+                created_at=now,
+            )
+            for at, job in zip(decision.enqueue, jobs, strict=True)
+        ]
+        + [
+            ScheduleOccurrence(schedule=schedule, occurrence_at=at, outcome=outcome, created_at=now)
+            for outcome, times in (
+                (Outcome.SKIPPED_MISFIRE, decision.skipped_misfire),
+                (Outcome.SKIPPED_OVERLAP, decision.skipped_overlap),
+            )
+            for at in times
+        ]
+    )
+    for at, job in zip(decision.enqueue, jobs, strict=True):
+        logger.info(
+            "occurrence enqueued schedule=%s occurrence=%s job=%s",
+            schedule.name,
+            at.isoformat(),
+            job.pk,
+        )
+    if decision.skipped_misfire or decision.skipped_overlap:
+        logger.info(
+            "occurrences skipped schedule=%s misfire=%s overlap=%s",
+            schedule.name,
+            len(decision.skipped_misfire),
+            len(decision.skipped_overlap),
+        )
+    return len(jobs)
+
+
+def _move_cursor(
+    schedule: Schedule, old: dt.datetime | None, new: dt.datetime | None, now: dt.datetime
+) -> bool:
+    """Compare-and-set the cursor; return False if another scheduler moved it first."""
+    current = Schedule.objects.filter(pk=schedule.pk)
+    current = current.filter(next_run_at=None) if old is None else current.filter(next_run_at=old)
+    if not current.update(next_run_at=new, updated_at=now):
+        return False
+    schedule.next_run_at = new
+    return True
+
+
+def _previous_unfinished(schedule: Schedule) -> bool:
+    return Job.objects.unfinished().filter(schedule_occurrences__schedule=schedule).exists()
+
+
+def _record_error(schedule: Schedule, now: dt.datetime, error: str) -> None:
+    """Record the occurrence that could not be enqueued and move past it (no retry loop)."""
+    schedule.refresh_from_db(fields=["next_run_at"])  # the failed savepoint rolled it back
+    with transaction.atomic():
+        cursor = schedule.next_run_at or now
+        following = (
+            now + schedule.interval
+            if schedule.kind == Schedule.Kind.FIXED_DELAY
+            else next(occurrences_after(schedule, max(cursor, now)))
+        )
+        if _move_cursor(schedule, schedule.next_run_at, following, now):
+            ScheduleOccurrence.objects.get_or_create(
+                schedule=schedule,
+                occurrence_at=cursor,
+                defaults={
+                    "outcome": ScheduleOccurrence.Outcome.ERROR,
+                    "detail": error,
+                    "created_at": now,
+                },
+            )
