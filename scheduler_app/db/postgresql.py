@@ -23,6 +23,7 @@ SET status = 'running', worker_id = %(worker)s, lease_expires_at = %(lease)s,
 FROM (
     SELECT id FROM {JOB}
     WHERE status = 'pending' AND queue = ANY(%(queues)s) AND run_at <= %(now)s
+      AND NOT (task_name = ANY(%(paused_tasks)s))
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -70,13 +71,26 @@ NOTIFY = "SELECT pg_notify(%s, %s)"
 
 
 def claim_jobs(
-    *, worker: str, queues: Sequence[str], limit: int, now: dt.datetime, lease: dt.datetime
+    *,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    lease: dt.datetime,
+    paused_tasks: Sequence[str] = (),
 ) -> list[tuple]:
     """Claim up to ``limit`` due jobs for ``worker``; return their rows (see CLAIM)."""
     with connection.cursor() as cursor:
         cursor.execute(
             CLAIM,
-            {"worker": worker, "queues": list(queues), "limit": limit, "now": now, "lease": lease},
+            {
+                "worker": worker,
+                "queues": list(queues),
+                "limit": limit,
+                "now": now,
+                "lease": lease,
+                "paused_tasks": list(paused_tasks),
+            },
         )
         return cursor.fetchall()
 

@@ -23,7 +23,7 @@ SET status = 'running', worker_id = %s, lease_expires_at = %s, started_at = %s,
     attempts = attempts + 1, lease_token = lease_token + 1
 WHERE id IN (
     SELECT id FROM {JOB}
-    WHERE status = 'pending' AND queue IN ({{queues}}) AND run_at <= %s
+    WHERE status = 'pending' AND queue IN ({{queues}}) AND run_at <= %s {{paused_tasks}}
     ORDER BY priority, run_at, id
     LIMIT %s
 )
@@ -50,17 +50,27 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 
 
 def claim_jobs(
-    *, worker: str, queues: Sequence[str], limit: int, now: dt.datetime, lease: dt.datetime
+    *,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    lease: dt.datetime,
+    paused_tasks: Sequence[str] = (),
 ) -> list[tuple]:
     """Claim up to ``limit`` due jobs for ``worker``; return their rows."""
     ops = connection.ops
-    sql = CLAIM.replace("{queues}", ", ".join(["%s"] * len(queues)))
+    sql = CLAIM.replace("{queues}", ", ".join(["%s"] * len(queues))).replace(
+        "{paused_tasks}",
+        "AND task_name NOT IN (%s)" % ", ".join(["%s"] * len(paused_tasks)) if paused_tasks else "",
+    )
     params = [
         worker,
         ops.adapt_datetimefield_value(lease),
         ops.adapt_datetimefield_value(now),
         *queues,
         ops.adapt_datetimefield_value(now),
+        *paused_tasks,
         limit,
     ]
     with connection.cursor() as cursor:

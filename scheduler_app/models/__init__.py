@@ -1,4 +1,16 @@
+from scheduler_app.models.controls import Control, ControlEvent
 from scheduler_app.models.jobs import Job, JobAttempt
 from scheduler_app.models.schedules import Schedule, ScheduleOccurrence
+from scheduler_app.models.sends import RateLimit, Recipient, SendBatch
 
-__all__ = ["Job", "JobAttempt", "Schedule", "ScheduleOccurrence"]
+__all__ = [
+    "Control",
+    "ControlEvent",
+    "Job",
+    "JobAttempt",
+    "RateLimit",
+    "Recipient",
+    "Schedule",
+    "ScheduleOccurrence",
+    "SendBatch",
+]

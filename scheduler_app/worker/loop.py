@@ -25,6 +25,7 @@ from typing import TypeVar
 from django.db import DatabaseError, InterfaceError, connection
 
 from scheduler_app import clock
+from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
 from scheduler_app.db import backend
 from scheduler_app.exceptions import JobTimeout, SchedulerError, UnknownTask
 from scheduler_app.models import Job
@@ -105,6 +106,8 @@ class Worker:
         self._next_rescue = now
         self._next_summary = now + options.summary_interval
         self._next_schedule_tick = now
+        self._next_controls = now
+        self._paused = PausedScopes()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -174,14 +177,19 @@ class Worker:
         return self.options.concurrency - len(self._running)
 
     def _claim(self, limit: int) -> int:
+        paused = self._paused
+        queues = [q for q in self.options.queues if q not in paused.queues]
+        if paused.everything or not queues:
+            return 0
         now = clock.now()
         rows = self._with_db(
             lambda: backend().claim_jobs(
                 worker=self.id,
-                queues=self.options.queues,
+                queues=queues,
                 limit=limit,
                 now=now,
                 lease=now + self.options.lease,
+                paused_tasks=sorted(paused.tasks),
             )
         )
         if not rows:
@@ -261,6 +269,18 @@ class Worker:
             raise WorkerFatal("The LISTEN thread died; see the traceback above.")
         now = time.monotonic()
         self._expire_timeouts(now)
+        if now >= self._next_controls:
+            self._next_controls = now + CONTROL_REFRESH
+            paused = self._with_db(paused_scopes)
+            if paused is not None and paused != self._paused:
+                logger.info(
+                    "kill switches changed worker=%s everything=%s queues=%s tasks=%s",
+                    self.id,
+                    paused.everything,
+                    ",".join(sorted(paused.queues)),
+                    ",".join(sorted(paused.tasks)),
+                )
+                self._paused = paused
         if now >= self._next_renew:
             self._next_renew = now + self.options.lease_seconds / 3
             ids = [job_id for job_id, r in self._running.items() if not r.finalised]
@@ -305,7 +325,7 @@ class Worker:
         )
 
     def _sleep_time(self, *, idle: bool) -> float:
-        timeout = self.options.poll_interval
+        timeout = min(self.options.poll_interval, CONTROL_REFRESH)
         if self.options.scheduler_interval is not None:
             timeout = min(timeout, max(self._next_schedule_tick - time.monotonic(), 0))
         if self._listener is not None:

@@ -1,0 +1,181 @@
+"""Bulk sends: the batch, its frozen recipients (the sent markers), and rate limits."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from scheduler_app import clock
+from scheduler_app.models.schedules import validate_timezone
+
+
+class SendBatch(models.Model):
+    """One message to one frozen audience, sent at most once per recipient."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft", _("draft")
+        SCHEDULED = "scheduled", _("scheduled")
+        SENDING = "sending", _("sending")
+        PAUSED = "paused", _("paused")
+        COMPLETED = "completed", _("completed")
+        CANCELLED = "cancelled", _("cancelled")
+        FAILED = "failed", _("failed")
+
+    name = models.CharField(max_length=200)
+    subject_template = models.CharField(max_length=998)
+    text_template = models.TextField()
+    html_template = models.TextField(blank=True, default="")
+
+    audience = models.CharField(max_length=100, help_text=_("A registered audience source."))
+    audience_params = models.JSONField(default=dict, blank=True)
+    expected_max_audience = models.PositiveIntegerField(
+        help_text=_("Circuit breaker: the send refuses to start with more recipients.")
+    )
+    seed_list = models.JSONField(default=list, blank=True, help_text=_("Addresses for seed sends."))
+    seed_context = models.JSONField(default=dict, blank=True)
+
+    scheduled_at = models.DateTimeField(null=True, blank=True, help_text=_("Stored in UTC."))
+    timezone = models.CharField(
+        max_length=64,
+        default="UTC",
+        validators=[validate_timezone],
+        help_text=_("The time zone the sender meant."),
+    )
+    local_delivery_time = models.TimeField(
+        null=True, blank=True, help_text=_("Deliver at this local time in each recipient's zone.")
+    )
+    undo_window = models.DurationField(default=dt.timedelta(0))
+    undo_deadline = models.DateTimeField(null=True, blank=True, editable=False)
+
+    provider = models.CharField(max_length=100, default="email")
+    rate_limit_key = models.CharField(max_length=100, default="email")
+    breaker_window = models.PositiveIntegerField(null=True, blank=True)
+    breaker_threshold = models.FloatField(null=True, blank=True)
+
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
+    status_reason = models.TextField(blank=True, default="")
+    status_changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="scheduler_send_batches",
+    )
+
+    total = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    sent = models.PositiveIntegerField(default=0, editable=False)
+    failed = models.PositiveIntegerField(default=0, editable=False)
+    skipped = models.PositiveIntegerField(default=0, editable=False)
+
+    frozen_at = models.DateTimeField(null=True, blank=True, editable=False)
+    started_at = models.DateTimeField(null=True, blank=True, editable=False)
+    finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    dry_run_at = models.DateTimeField(null=True, blank=True, editable=False)
+    dry_run_fingerprint = models.CharField(max_length=64, blank=True, default="", editable=False)
+    dry_run_audience = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    dry_run_problems = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    dry_run_report = models.CharField(max_length=300, blank=True, default="", editable=False)
+    dry_run_summary = models.JSONField(default=dict, blank=True, editable=False)
+    seed_sent_at = models.DateTimeField(null=True, blank=True, editable=False)
+    seed_fingerprint = models.CharField(max_length=64, blank=True, default="", editable=False)
+
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+
+    class Meta:
+        ordering = ["-id"]
+        permissions = [
+            ("resume_sendbatch", "Can resume a paused send"),
+            ("relax_checklist", "Can schedule a send with failing checklist items"),
+        ]
+        indexes = [models.Index(fields=["status", "scheduled_at"], name="scheduler_batch_status")]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def remaining(self) -> int | None:
+        """Return recipients neither sent, failed nor skipped (None before the freeze)."""
+        if self.total is None:
+            return None
+        return self.total - self.sent - self.failed - self.skipped
+
+
+class Recipient(models.Model):
+    """The sent marker: one recipient of one batch, and what happened to them."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("pending")
+        SENT = "sent", _("sent")
+        FAILED = "failed", _("failed")
+        SKIPPED = "skipped", _("skipped")
+
+    batch = models.ForeignKey(SendBatch, on_delete=models.CASCADE, related_name="recipients")
+    recipient_key = models.CharField(max_length=255)
+    address = models.CharField(max_length=320)
+    timezone = models.CharField(max_length=64, blank=True, default="")
+    context = models.JSONField(default=dict, blank=True)
+    is_seed = models.BooleanField(default=False)
+
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    # A worker's claim on this recipient while it sends (crash: the claim expires).
+    claimed_by = models.CharField(max_length=200, blank=True, default="")
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    provider_message_id = models.CharField(max_length=255, blank=True, default="")
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["batch", "recipient_key"], name="scheduler_recipient_once_per_batch"
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["batch", "next_attempt_at", "id"],
+                condition=Q(status="pending"),
+                name="scheduler_recipient_pending",
+            ),
+            models.Index(fields=["address"], name="scheduler_recipient_address"),
+        ]
+
+    def __str__(self) -> str:
+        return "%s -> %s (%s)" % (self.batch_id, self.address, self.status)
+
+    @property
+    def idempotency_key(self) -> str:
+        """Return ``<batch>:<recipient key>``, the key every provider call carries."""
+        return "%s:%s" % (self.batch_id, self.recipient_key)
+
+
+class RateLimit(models.Model):
+    """A token bucket shared by every worker, per provider account; edit the rate live."""
+
+    key = models.CharField(max_length=100, unique=True)
+    rate = models.FloatField(help_text=_("Sends per second; 0 means unlimited."))
+    burst = models.FloatField(default=1.0, help_text=_("Most tokens saved up."))
+    tokens = models.FloatField(default=0.0, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rate__gte=0) & Q(burst__gte=1), name="scheduler_ratelimit_positive"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return "%s: %s/s" % (self.key, self.rate)
