@@ -6,6 +6,7 @@ import enum
 from typing import Any
 
 from scheduler_app import clock
+from scheduler_app.controls import as_user
 from scheduler_app.models import Job
 
 
@@ -38,7 +39,7 @@ def cancel(job_id: int, *, by: Any = None, queryset: Any = None) -> CancelOutcom
         updated = jobs.filter(pk=job_id, status=Job.Status.PENDING).update(
             status=Job.Status.CANCELLED,
             cancelled_at=now,
-            cancelled_by=by if getattr(by, "pk", None) is not None else None,
+            cancelled_by=as_user(by),
             finished_at=now,
         )
         if updated:

@@ -31,6 +31,26 @@ DEFAULTS: dict[str, Any] = {
     # and how often each worker looks for due occurrences (seconds).
     "SCHEDULES": {},
     "SCHEDULER_INTERVAL": 1.0,
+    # Bulk sends.
+    "PROVIDERS": {
+        "email": "scheduler_app.sends.providers.email.DjangoEmailProvider",
+        "report": "scheduler_app.sends.providers.report.ReportProvider",
+    },
+    "SEND_QUEUE": "default",
+    "SEND_LANES": 2,  # dispatch jobs per batch, so several workers share one send
+    "SEND_CHUNK_SIZE": 100,  # recipients claimed at once; kill switches are checked per chunk
+    "SEND_CLAIM_SECONDS": 300.0,  # a crashed worker's chunk is sent again after this
+    "RECIPIENT_MAX_ATTEMPTS": 5,
+    "BREAKER_WINDOW": 100,  # the automatic breaker looks at this many latest attempts
+    "BREAKER_THRESHOLD": 0.5,  # and pauses the batch when more than this share failed
+    "PROGRESS_LOG_EVERY": 1000,
+    # Dotted path to f(addresses, batch) -> {address: reason} for recipients to skip
+    # at send time (e.g. unsubscribed since the freeze).
+    "SUPPRESSION_CHECK": None,
+    "LARGE_BATCH": 10000,  # checklist: no two batches this large ...
+    "LARGE_BATCH_WINDOW": 3600.0,  # ... scheduled within this many seconds of each other
+    "CHECKLIST_RELAX": [],  # checklist item names that do not block scheduling
+    "DRY_RUN_SHORT_BODY": 20,  # a rendered body shorter than this is reported as very short
     # Task defaults, overridable per task in @task(...).
     "DEFAULT_MAX_ATTEMPTS": 3,
     "DEFAULT_TIMEOUT": None,
@@ -64,6 +84,9 @@ app_settings = AppSettings()
 def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
     if setting == "SCHEDULER_APP":
         app_settings.reload()
+        from scheduler_app.sends.providers import reset_providers
+
+        reset_providers()
 
 
 setting_changed.connect(_reload_on_change)

@@ -58,7 +58,7 @@ def resume(scope: str, target: str = "", *, by: Any = None, reason: str = "") ->
 def record(scope: str, target: str, action: str, *, by: Any = None, reason: str = "") -> None:
     """Add an audit-trail entry."""
     ControlEvent.objects.create(
-        scope=scope, target=target, action=action, reason=reason, by=_user(by), at=clock.now()
+        scope=scope, target=target, action=action, reason=reason, by=as_user(by), at=clock.now()
     )
 
 
@@ -74,12 +74,13 @@ def _switch(scope: str, target: str, *, paused: bool, by: Any, reason: str) -> b
     with transaction.atomic():
         control, _ = Control.objects.get_or_create(scope=scope, target=target)
         changed = Control.objects.filter(pk=control.pk, paused=not paused).update(
-            paused=paused, reason=reason, changed_by=_user(by), changed_at=now
+            paused=paused, reason=reason, changed_by=as_user(by), changed_at=now
         )
         if changed:
             record(scope, target, "pause" if paused else "resume", by=by, reason=reason)
     return bool(changed)
 
 
-def _user(by: Any) -> Any:
+def as_user(by: Any) -> Any:
+    """Return ``by`` if it is a saved user (for a ForeignKey), else None."""
     return by if getattr(by, "pk", None) is not None else None

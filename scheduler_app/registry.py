@@ -25,6 +25,9 @@ class JobContext:
     scheduled_for: dt.datetime
     #: Stable across reruns: the caller's unique key if it gave one, else the job id.
     idempotency_key: str
+    #: Returns True once the worker is shutting down: a long handler should
+    #: stop at a safe point (raise RetryLater to continue elsewhere).
+    should_stop: Callable[[], bool] = lambda: False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

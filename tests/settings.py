@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "rest_framework",
+    "rest_framework.authtoken",
     "scheduler_app",
     "tests.testapp",
 ]
@@ -74,6 +75,14 @@ SCHEDULER_APP = {
     "LEASE_SECONDS": 10,
     "SUMMARY_INTERVAL": 5,
     "DATABASE_UNAVAILABLE_TIMEOUT": env.float("SCHEDULER_DB_UNAVAILABLE_TIMEOUT", 60.0),
+    "PROVIDERS": {
+        "email": "scheduler_app.sends.providers.email.DjangoEmailProvider",
+        "report": "scheduler_app.sends.providers.report.ReportProvider",
+        "fake": "tests.testapp.sending.FakeProvider",
+        "noop": "tests.testapp.sending.NoopProvider",
+    },
+    "SUPPRESSION_CHECK": "tests.testapp.sending.suppressed",
+    "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
 }
 
 LOGGING = {

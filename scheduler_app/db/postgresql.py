@@ -143,3 +143,96 @@ def try_scheduler_lock() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(SCHEDULER_LOCK)
         return bool(cursor.fetchone()[0])
+
+
+RECIPIENT = "scheduler_app_recipient"
+
+FREEZE_RECIPIENTS = f"""
+INSERT INTO {RECIPIENT} (batch_id, recipient_key, address, timezone, context, is_seed, status,
+                         attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
+SELECT %s, a.sa_key::text, COALESCE(a.sa_address::text, ''), {{timezone}}, {{context}},
+       false, 'pending', 0, %s, '', '', ''
+FROM ({{select}}) AS a
+ON CONFLICT (batch_id, recipient_key) DO NOTHING
+"""
+"""Snapshot an audience server-side; the first row of a recipient key wins."""
+
+CLAIM_RECIPIENTS = f"""
+UPDATE {RECIPIENT} AS r
+SET claimed_by = %(claim)s, claimed_until = %(until)s, attempts = r.attempts + 1
+FROM (
+    SELECT id FROM {RECIPIENT}
+    WHERE batch_id = %(batch)s AND status = 'pending' AND NOT is_seed
+      AND next_attempt_at <= %(now)s AND (claimed_until IS NULL OR claimed_until < %(now)s)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS due
+WHERE r.id = due.id
+RETURNING r.id, r.recipient_key, r.address, r.timezone, r.context::text, r.attempts
+"""
+"""Claim a chunk of a batch's due recipients; SKIP LOCKED so workers share a batch."""
+
+MARK_RECIPIENTS = f"""
+UPDATE {RECIPIENT} AS r
+SET status = v.status, sent_at = v.sent_at, provider_message_id = v.message_id,
+    last_error = v.error, next_attempt_at = COALESCE(v.next_attempt_at, r.next_attempt_at),
+    attempts = r.attempts - v.refund, claimed_by = '', claimed_until = NULL
+FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
+            %s::timestamptz[], %s::int[])
+     AS v(id, status, sent_at, message_id, error, next_attempt_at, refund)
+WHERE r.id = v.id AND r.claimed_by = %s AND r.status = 'pending'
+RETURNING v.status
+"""
+"""Record a chunk's outcomes, fenced by the claim: an expired claim changes nothing."""
+
+
+def freeze_recipients(
+    *,
+    batch_id: int,
+    select_sql: str,
+    select_params: Sequence,
+    context_names: Sequence[str],
+    has_timezone: bool,
+    next_attempt_at: dt.datetime,
+) -> int:
+    """INSERT ... SELECT an audience into Recipient; return how many rows were inserted."""
+    timezone = "COALESCE(a.sa_timezone::text, '')" if has_timezone else "''"
+    context = "jsonb_build_object(%s)" % ", ".join(
+        "%%s::text, a.sa_%s" % name for name in context_names
+    )
+    sql = (
+        FREEZE_RECIPIENTS.replace("{timezone}", timezone)
+        .replace("{context}", context)
+        .replace("{select}", select_sql)
+    )
+    # In the order the placeholders appear: batch, context names, time, the SELECT's own.
+    params = [batch_id, *context_names, next_attempt_at, *select_params]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def claim_recipients(
+    *, batch_id: int, claim: str, limit: int, now: dt.datetime, until: dt.datetime
+) -> list[tuple]:
+    """Claim up to ``limit`` due recipients; return (id, key, address, tz, context, attempts)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            CLAIM_RECIPIENTS,
+            {"batch": batch_id, "claim": claim, "limit": limit, "now": now, "until": until},
+        )
+        return cursor.fetchall()
+
+
+def mark_recipients(rows: Sequence[Sequence], *, claim: str) -> list[str]:
+    """Record (id, status, sent_at, message_id, error, next_attempt_at, refund) rows.
+
+    Returns the statuses of the rows that still held our claim.
+    """
+    if not rows:
+        return []
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    with connection.cursor() as cursor:
+        cursor.execute(MARK_RECIPIENTS, [*columns, claim])
+        return [row[0] for row in cursor.fetchall()]

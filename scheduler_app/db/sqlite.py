@@ -175,3 +175,98 @@ def _parse_datetime(value: str | dt.datetime | None) -> dt.datetime | None:
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value)
     return value.replace(tzinfo=dt.UTC)
+
+
+RECIPIENT = "scheduler_app_recipient"
+
+FREEZE_RECIPIENTS = f"""
+INSERT INTO {RECIPIENT} (batch_id, recipient_key, address, timezone, context, is_seed, status,
+                         attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
+SELECT %s, CAST(a.sa_key AS TEXT), COALESCE(a.sa_address, ''), {{timezone}}, {{context}},
+       0, 'pending', 0, %s, '', '', ''
+FROM ({{select}}) AS a
+WHERE true
+ON CONFLICT (batch_id, recipient_key) DO NOTHING
+"""
+"""Snapshot an audience; ``WHERE true`` lets SQLite parse the upsert clause."""
+
+CLAIM_RECIPIENTS = f"""
+UPDATE {RECIPIENT}
+SET claimed_by = %s, claimed_until = %s, attempts = attempts + 1
+WHERE id IN (
+    SELECT id FROM {RECIPIENT}
+    WHERE batch_id = %s AND status = 'pending' AND NOT is_seed
+      AND next_attempt_at <= %s AND (claimed_until IS NULL OR claimed_until < %s)
+    ORDER BY id
+    LIMIT %s
+)
+RETURNING id, recipient_key, address, timezone, context, attempts
+"""
+
+MARK_RECIPIENT = f"""
+UPDATE {RECIPIENT}
+SET status = %s, sent_at = %s, provider_message_id = %s, last_error = %s,
+    next_attempt_at = COALESCE(%s, next_attempt_at), attempts = attempts - %s,
+    claimed_by = '', claimed_until = NULL
+WHERE id = %s AND claimed_by = %s AND status = 'pending'
+"""
+
+
+def freeze_recipients(
+    *,
+    batch_id: int,
+    select_sql: str,
+    select_params: Sequence,
+    context_names: Sequence[str],
+    has_timezone: bool,
+    next_attempt_at: dt.datetime,
+) -> int:
+    """INSERT ... SELECT an audience into Recipient; return how many rows were inserted."""
+    timezone = "COALESCE(a.sa_timezone, '')" if has_timezone else "''"
+    context = "json_object(%s)" % ", ".join("%%s, a.sa_%s" % name for name in context_names)
+    sql = (
+        FREEZE_RECIPIENTS.replace("{timezone}", timezone)
+        .replace("{context}", context)
+        .replace("{select}", select_sql)
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    params = [batch_id, *context_names, adapt(next_attempt_at), *select_params]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def claim_recipients(
+    *, batch_id: int, claim: str, limit: int, now: dt.datetime, until: dt.datetime
+) -> list[tuple]:
+    """Claim up to ``limit`` due recipients of a batch."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            CLAIM_RECIPIENTS, [claim, adapt(until), batch_id, adapt(now), adapt(now), limit]
+        )
+        return cursor.fetchall()
+
+
+def mark_recipients(rows: Sequence[Sequence], *, claim: str) -> list[str]:
+    """Record outcome rows; return the statuses of rows that still held our claim."""
+    adapt = connection.ops.adapt_datetimefield_value
+    kept = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        for job_id, status, sent_at, message_id, error, next_attempt_at, refund in rows:
+            cursor.execute(
+                MARK_RECIPIENT,
+                [
+                    status,
+                    adapt(sent_at),
+                    message_id,
+                    error,
+                    adapt(next_attempt_at),
+                    refund,
+                    job_id,
+                    claim,
+                ],
+            )
+            if cursor.rowcount:
+                kept.append(status)
+    return kept

@@ -143,8 +143,9 @@ class Recipient(models.Model):
             )
         ]
         indexes = [
+            # Matches the chunk claim: a batch's pending recipients in id order.
             models.Index(
-                fields=["batch", "next_attempt_at", "id"],
+                fields=["batch", "id"],
                 condition=Q(status="pending"),
                 name="scheduler_recipient_pending",
             ),

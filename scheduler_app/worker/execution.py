@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import logging
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from django.db import close_old_connections
@@ -73,8 +74,9 @@ class ClaimedJob:
             started_at=started_at,
         )
 
-    def context(self) -> JobContext:
+    def context(self, should_stop: Callable[[], bool] | None = None) -> JobContext:
         return JobContext(
+            should_stop=should_stop or (lambda: False),
             job_id=self.id,
             task_name=self.task_name,
             payload=self.payload,
@@ -120,7 +122,7 @@ class Finish:
         )
 
 
-def execute(job: ClaimedJob) -> Finish:
+def execute(job: ClaimedJob, should_stop: Callable[[], bool] | None = None) -> Finish:
     """Run ``job``'s handler in this thread and return how the attempt ended."""
     try:
         spec = get_task(job.task_name)
@@ -129,7 +131,7 @@ def execute(job: ClaimedJob) -> Finish:
         # Scheduled by other code (renamed task, newer payload): retrying cannot help.
         return fail(job, exc, retryable=False, with_traceback=False)
     try:
-        value = spec(job.context())
+        value = spec(job.context(should_stop))
     except RetryLater as exc:
         return _retry_later(job, spec, exc)
     except Exception as exc:

@@ -402,7 +402,7 @@ class Worker:
             if job is None:
                 return
             try:
-                outcome: Finish | BaseException = execute(job)
+                outcome: Finish | BaseException = execute(job, self._stopping.is_set)
             except BaseException as exc:
                 outcome = exc
             self._outbox.put((job.id, outcome))

@@ -45,3 +45,7 @@ def block_until_flag(job):
             raise TimeoutError("flag %s did not appear" % flag)
         time.sleep(0.02)
     Run.objects.filter(pk=run.pk).update(finished_at=timezone.now())
+
+
+# The test audience and providers register on import, like a project's tasks.py would.
+from tests.testapp import sending  # noqa: E402,F401

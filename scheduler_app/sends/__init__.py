@@ -1,0 +1,1 @@
+"""Bulk sends that cannot be unsent: audiences, rendering, providers, dispatch."""

@@ -1,0 +1,344 @@
+"""Send batch operations: freeze, schedule, pause, resume, cancel, undo, seed.
+
+Each status change is one guarded UPDATE (``filter(status__in=...).update``)
+that reports whether it won, so an operator's click and a worker never
+overwrite each other. Every change is audited in ControlEvent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+import logging
+from typing import Any
+
+from django.db import transaction
+
+from scheduler_app import clock
+from scheduler_app.conf import app_settings
+from scheduler_app.controls import as_user, record
+from scheduler_app.exceptions import SchedulerError, ValidationError
+from scheduler_app.models import Job, Recipient, SendBatch
+from scheduler_app.schedules.per_item import local_run_time
+from scheduler_app.scheduling import JobRequest, schedule, schedule_many
+from scheduler_app.sends.audience import freeze, get_audience
+from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK
+from scheduler_app.sends.providers import get_provider
+from scheduler_app.sends.rendering import MessageTemplate, RenderError
+
+logger = logging.getLogger("scheduler_app.sends")
+Status = SendBatch.Status
+
+
+class BatchStateError(SchedulerError):
+    """The batch is not in a state that allows this."""
+
+    code = "invalid_state"
+
+
+def fingerprint(batch: SendBatch) -> str:
+    """Return a hash of what a dry-run or seed send checked: templates and audience."""
+    data = json.dumps(
+        [
+            batch.subject_template,
+            batch.text_template,
+            batch.html_template,
+            batch.audience,
+            batch.audience_params,
+        ],
+        sort_keys=True,
+    )
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+def compile_template(batch: SendBatch) -> MessageTemplate:
+    """Compile the batch's templates; raise ValidationError on a syntax error."""
+    try:
+        return MessageTemplate.compile(
+            batch.subject_template, batch.text_template, batch.html_template
+        )
+    except RenderError as exc:
+        raise ValidationError(exc.message) from exc
+
+
+def freeze_audience(batch: SendBatch, *, now: dt.datetime) -> int:
+    """Snapshot the batch's audience into Recipient rows; record and return the count."""
+    query = get_audience(batch.audience, batch.audience_params)
+    count = freeze(batch.pk, query, next_attempt_at=now)
+    if batch.local_delivery_time is not None:
+        _set_local_delivery_times(batch, now)
+    SendBatch.objects.filter(pk=batch.pk).update(total=count, frozen_at=now)
+    batch.total, batch.frozen_at = count, now
+    return count
+
+
+def _set_local_delivery_times(batch: SendBatch, now: dt.datetime) -> None:
+    """Deliver at local_delivery_time in each recipient's zone (the batch's if unknown)."""
+    start = batch.scheduled_at or now
+    recipients = Recipient.objects.filter(batch=batch, is_seed=False)
+    for zone in recipients.values_list("timezone", flat=True).distinct():
+        try:
+            at = local_run_time(
+                event_at=start,
+                now=start,
+                timezone=zone or batch.timezone,
+                days_after=0,
+                at=batch.local_delivery_time,
+            )
+        except ValidationError:
+            at = local_run_time(
+                event_at=start,
+                now=start,
+                timezone=batch.timezone,
+                days_after=0,
+                at=batch.local_delivery_time,
+            )
+        recipients.filter(timezone=zone).update(next_attempt_at=at)
+
+
+def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] = ()) -> SendBatch:
+    """Schedule a draft batch after its pre-flight checklist passes.
+
+    ``relax`` names checklist items to let through (the caller checks the
+    permission; SCHEDULER_APP['CHECKLIST_RELAX'] relaxes items for everyone).
+    Raises ChecklistFailed listing the failing items, BatchStateError if the
+    batch is not a draft. The lanes start at scheduled_at, or after the undo
+    window and safety margin if that is later.
+    """
+    from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
+
+    failing = [
+        item
+        for item in run_checklist(batch)
+        if not item.ok and item.name not in relax and item.name not in app_settings.CHECKLIST_RELAX
+    ]
+    if failing:
+        raise ChecklistFailed(failing)
+    now = clock.now()
+    margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
+    window_ends = now + batch.undo_window
+    start = max(
+        batch.scheduled_at or now, window_ends + (margin if batch.undo_window else dt.timedelta(0))
+    )
+    with transaction.atomic():
+        if not SendBatch.objects.filter(pk=batch.pk, status=Status.DRAFT).update(
+            status=Status.SCHEDULED,
+            undo_deadline=window_ends if batch.undo_window else None,
+            status_changed_by=as_user(by),
+            status_changed_at=now,
+            status_reason="",
+        ):
+            raise BatchStateError(
+                "Only a draft can be scheduled; this batch is %s." % _status(batch)
+            )
+        _enqueue_lanes(batch, start)
+        record("batch", str(batch.pk), "schedule", by=by, reason=", ".join(relax))
+    logger.info(
+        "batch scheduled batch=%s start=%s timezone=%s undo_deadline=%s",
+        batch.pk,
+        start.isoformat(),
+        batch.timezone,
+        window_ends.isoformat(),
+    )
+    batch.refresh_from_db()
+    return batch
+
+
+def pause_batch(batch_id: int, *, by: Any = None, reason: str) -> bool:
+    """Pause a scheduled or sending batch; lanes stop before their next chunk."""
+    if not reason or not reason.strip():
+        raise ValidationError("A reason is required to pause.")
+    changed = _transition(batch_id, (Status.SCHEDULED, Status.SENDING), Status.PAUSED, by, reason)
+    if changed:
+        record("batch", str(batch_id), "pause", by=by, reason=reason)
+    return changed
+
+
+def resume_batch(batch_id: int, *, by: Any = None) -> bool:
+    """Resume a paused batch exactly where it stopped (sent markers are kept)."""
+    with transaction.atomic():
+        batch = SendBatch.objects.select_for_update().get(pk=batch_id)
+        target = Status.SENDING if batch.started_at else Status.SCHEDULED
+        if not _transition(batch_id, (Status.PAUSED,), target, by, ""):
+            raise BatchStateError(
+                "Only a paused batch can be resumed; this batch is %s." % _status(batch)
+            )
+        _enqueue_lanes(batch, clock.now())
+        record("batch", str(batch_id), "resume", by=by)
+    return True
+
+
+def cancel_batch(batch_id: int, *, by: Any = None, reason: str = "") -> bool:
+    """Cancel a batch that has not finished; the markers stay as the record of what went out."""
+    changed = _transition(
+        batch_id,
+        (Status.DRAFT, Status.SCHEDULED, Status.SENDING, Status.PAUSED),
+        Status.CANCELLED,
+        by,
+        reason,
+    )
+    if changed:
+        Job.objects.pending().filter(
+            task_name=SEND_BATCH_TASK, unique_key__startswith=_lane_prefix(batch_id)
+        ).update(
+            status=Job.Status.CANCELLED,
+            cancelled_at=clock.now(),
+            finished_at=clock.now(),
+            cancelled_by=as_user(by),
+        )
+        record("batch", str(batch_id), "cancel", by=by, reason=reason)
+    return changed
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UndoOutcome:
+    """What undo_batch() did; ``cancelled`` False means it was too late."""
+
+    cancelled: bool
+    status: str
+    sent: int = 0
+    total: int | None = None
+
+
+def undo_batch(batch_id: int, *, by: Any = None) -> UndoOutcome:
+    """Cancel a batch that has not started sending ("undo send").
+
+    Wins exactly when no lane has started: the guarded UPDATE only matches a
+    scheduled batch, and a lane's start moves it to sending in a guarded
+    UPDATE too. Too late reports how far the send got.
+    """
+    now = clock.now()
+    if SendBatch.objects.filter(pk=batch_id, status=Status.SCHEDULED).update(
+        status=Status.CANCELLED,
+        status_changed_by=as_user(by),
+        status_changed_at=now,
+        status_reason="Undone.",
+    ):
+        Job.objects.pending().filter(
+            task_name=SEND_BATCH_TASK, unique_key__startswith=_lane_prefix(batch_id)
+        ).update(
+            status=Job.Status.CANCELLED, cancelled_at=now, finished_at=now, cancelled_by=as_user(by)
+        )
+        record("batch", str(batch_id), "undo", by=by)
+        return UndoOutcome(cancelled=True, status=Status.CANCELLED)
+    batch = SendBatch.objects.get(pk=batch_id)
+    return UndoOutcome(cancelled=False, status=batch.status, sent=batch.sent, total=batch.total)
+
+
+def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
+    """Send the batch's message to its seed list through the real provider, recorded as markers.
+
+    Renders with ``seed_context``. Each seed is a Recipient row (is_seed) of
+    the batch with key ``seed:<fingerprint>:<address>``, so a repeated seed
+    send of the same content is not sent twice.
+    """
+    if not batch.seed_list:
+        raise ValidationError("The batch has no seed list.")
+    template = compile_template(batch)
+    provider = get_provider(batch.provider)
+    digest = fingerprint(batch)
+    now = clock.now()
+    markers = []
+    for address in batch.seed_list:
+        marker, _ = Recipient.objects.get_or_create(
+            batch=batch,
+            recipient_key="seed:%s:%s" % (digest[:12], address),
+            defaults={
+                "address": address,
+                "is_seed": True,
+                "context": batch.seed_context,
+                "next_attempt_at": now,
+            },
+        )
+        if marker.status == Recipient.Status.PENDING:
+            _send_seed(marker, template, provider)
+        markers.append(marker)
+    if all(m.status == Recipient.Status.SENT for m in markers):
+        SendBatch.objects.filter(pk=batch.pk).update(seed_sent_at=now, seed_fingerprint=digest)
+    record("batch", str(batch.pk), "seed", by=by)
+    return markers
+
+
+def _send_seed(marker: Recipient, template: MessageTemplate, provider: Any) -> None:
+    from scheduler_app.sends.dispatch import Outcome, _deliver
+    from scheduler_app.sends.providers import SlowDown
+
+    try:
+        message = template.render(marker.address, marker.context)
+        outcome = _deliver(
+            provider, message, marker.idempotency_key, marker.pk, marker.attempts + 1
+        )
+    except (RenderError, SlowDown) as exc:
+        outcome = Outcome(marker.pk, Recipient.Status.FAILED, error=str(exc))
+    marker.status = (
+        outcome.status if outcome.status != Recipient.Status.PENDING else Recipient.Status.FAILED
+    )
+    marker.attempts += 1
+    marker.sent_at, marker.provider_message_id = outcome.sent_at, outcome.message_id
+    marker.last_error = outcome.error
+    marker.save(
+        update_fields=["status", "attempts", "sent_at", "provider_message_id", "last_error"]
+    )
+
+
+def send_message(
+    to: str,
+    subject: str,
+    text: str,
+    *,
+    html: str = "",
+    undo_window: dt.timedelta | float | None = None,
+    owner: Any = None,
+    provider: str = "email",
+) -> Job:
+    """Send one email through the worker, after an undo window if given ("undo send").
+
+    Returns the job; ``cancel(job.pk)`` inside the window stops it. The job
+    id is the provider idempotency key, so a rerun never sends it twice.
+    """
+    get_provider(provider)  # fail now on an unknown provider, not in the worker
+    return schedule(
+        SEND_MESSAGE_TASK,
+        {"to": to, "subject": subject, "text": text, "html": html, "provider": provider},
+        undo_window=undo_window,
+        owner=owner,
+        queue=app_settings.SEND_QUEUE,
+    )
+
+
+def _enqueue_lanes(batch: SendBatch, start: dt.datetime) -> None:
+    token = clock.now().strftime("%Y%m%dT%H%M%S.%f")
+    schedule_many(
+        SEND_BATCH_TASK,
+        [
+            JobRequest(
+                payload={"batch": batch.pk},
+                at=start,
+                unique_key="%s%s:%s" % (_lane_prefix(batch.pk), lane, token),
+            )
+            for lane in range(app_settings.SEND_LANES)
+        ],
+        queue=app_settings.SEND_QUEUE,
+        owner=batch.owner,
+    )
+
+
+def _lane_prefix(batch_id: int) -> str:
+    return "batch:%s:lane:" % batch_id
+
+
+def _transition(batch_id: int, sources: tuple[str, ...], target: str, by: Any, reason: str) -> bool:
+    return bool(
+        SendBatch.objects.filter(pk=batch_id, status__in=sources).update(
+            status=target,
+            status_reason=reason,
+            status_changed_by=as_user(by),
+            status_changed_at=clock.now(),
+        )
+    )
+
+
+def _status(batch: SendBatch) -> str:
+    return SendBatch.objects.filter(pk=batch.pk).values_list("status", flat=True).first() or "gone"

@@ -1,0 +1,80 @@
+"""The shared rate limiter: a token bucket row per provider account, in the database.
+
+Every worker on every host takes tokens from the same row before it calls
+the provider, so the rate holds across processes; an operator edits the
+row's rate (admin) and workers follow within one chunk, no deploy needed.
+A key with no row, or rate 0, is unlimited.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+
+from django.db import transaction
+
+from scheduler_app import clock
+from scheduler_app.models import RateLimit
+
+#: Longest single wait for tokens, so a paused batch is noticed promptly.
+MAX_WAIT = 1.0
+
+
+def take(key: str, wanted: int) -> tuple[int, float]:
+    """Take up to ``wanted`` tokens now; return (granted, seconds until the next token)."""
+    now = clock.now()
+    with transaction.atomic():
+        bucket = RateLimit.objects.select_for_update().filter(key=key).first()
+        if bucket is None or bucket.rate <= 0:
+            return wanted, 0.0
+        elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
+        tokens = min(bucket.burst, bucket.tokens + elapsed * bucket.rate)
+        granted = min(wanted, math.floor(tokens))
+        tokens -= granted
+        RateLimit.objects.filter(pk=bucket.pk).update(tokens=tokens, updated_at=now)
+    wait = 0.0 if granted == wanted else (1 - tokens) / bucket.rate
+    return granted, wait
+
+
+def acquire(
+    key: str,
+    wanted: int,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    sleep: Callable[[float], object] | None = None,
+) -> int:
+    """Wait until ``wanted`` tokens are taken (or ``should_stop()``); return how many."""
+    sleep = sleep or threading.Event().wait
+    got = 0
+    while got < wanted:
+        granted, wait = take(key, wanted - got)
+        got += granted
+        if got < wanted:
+            if should_stop():
+                break
+            sleep(min(max(wait, 0.001), MAX_WAIT))
+    return got
+
+
+def set_rate(key: str, rate: float, *, burst: float | None = None) -> RateLimit:
+    """Create or change a limit; takes effect at the workers' next take()."""
+    bucket, _ = RateLimit.objects.update_or_create(
+        key=key,
+        defaults={"rate": rate, **({"burst": burst} if burst is not None else {})},
+        create_defaults={
+            "rate": rate,
+            "burst": burst or max(1.0, rate),
+            "tokens": 0.0,
+            "updated_at": clock.now(),
+        },
+    )
+    return bucket
+
+
+def chunk_size_for(key: str, default: int) -> int:
+    """Return a chunk size that takes about a second at the key's rate (kill-switch latency)."""
+    rate = RateLimit.objects.filter(key=key).values_list("rate", flat=True).first()
+    if not rate:
+        return default
+    return max(1, min(default, int(rate)))

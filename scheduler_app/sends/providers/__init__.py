@@ -1,0 +1,81 @@
+"""Providers: one small interface to whatever delivers a message.
+
+``send(message, idempotency_key) -> provider message id``. Raise
+TransientSendError to retry that recipient later, PermanentSendError to
+fail it, SlowDown to defer it without using an attempt (HTTP 429).
+Providers are named in SCHEDULER_APP['PROVIDERS'] (name -> dotted path).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Protocol
+
+from django.utils.module_loading import import_string
+
+from scheduler_app.conf import app_settings
+from scheduler_app.exceptions import SchedulerError, ValidationError, parse_retry_after
+from scheduler_app.sends.rendering import Message
+
+
+class SendError(SchedulerError):
+    """The provider did not accept the message."""
+
+    code = "send_error"
+
+
+class TransientSendError(SendError):
+    """A failure that may pass: retry this recipient later."""
+
+    code = "transient_send_error"
+
+
+class PermanentSendError(SendError):
+    """A failure that will not pass (bad address, rejected content)."""
+
+    code = "permanent_send_error"
+
+
+class SlowDown(SendError):
+    """The provider asks us to wait (e.g. HTTP 429); not the recipient's fault."""
+
+    code = "slow_down"
+
+    def __init__(self, retry_after: str | float | dt.timedelta = 1.0, message: str = "") -> None:
+        if isinstance(retry_after, str):
+            self.delay = parse_retry_after(retry_after)
+        elif isinstance(retry_after, dt.timedelta):
+            self.delay = retry_after
+        else:
+            self.delay = dt.timedelta(seconds=retry_after)
+        super().__init__(
+            message or "Provider asked to slow down for %ss." % self.delay.total_seconds()
+        )
+
+
+class Provider(Protocol):
+    """Delivers one message; the idempotency key is the same on every retry of it."""
+
+    def send(self, message: Message, idempotency_key: str) -> str: ...
+
+
+_instances: dict[str, Provider] = {}
+
+
+def get_provider(name: str) -> Provider:
+    """Return the provider named ``name`` in SCHEDULER_APP['PROVIDERS'] (cached)."""
+    if name not in _instances:
+        try:
+            path = app_settings.PROVIDERS[name]
+        except KeyError:
+            raise ValidationError(
+                "Unknown provider %r; SCHEDULER_APP['PROVIDERS'] lists: %s."
+                % (name, ", ".join(sorted(app_settings.PROVIDERS)))
+            ) from None
+        _instances[name] = import_string(path)()
+    return _instances[name]
+
+
+def reset_providers() -> None:
+    """Forget provider instances (settings changed)."""
+    _instances.clear()
