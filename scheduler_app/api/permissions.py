@@ -1,0 +1,36 @@
+"""Who may see and act on which objects.
+
+Users see only what they own; active staff with the model's ``change``
+permission see and act on everything. Objects outside what a user may see
+do not exist for them (404, never 403), so nothing leaks about others'.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+
+from scheduler_app.models import Job
+
+#: Staff with this permission may see and cancel every job.
+CHANGE_ANY_JOB = "scheduler_app.change_job"
+
+
+def acts_on_all(user: Any, permission: str) -> bool:
+    """Return True if ``user`` is active staff holding ``permission``."""
+    return bool(user.is_active and user.is_staff and user.has_perm(permission))
+
+
+def visible_to(user: Any, queryset: QuerySet, *, permission: str) -> QuerySet:
+    """Return what ``user`` may see of ``queryset``: their own, or all with ``permission``."""
+    if user is None or not user.is_authenticated:
+        return queryset.none()
+    if acts_on_all(user, permission):
+        return queryset
+    return queryset.filter(owner=user)
+
+
+def visible_jobs(user: Any) -> QuerySet[Job]:
+    """Return the jobs ``user`` may see and cancel."""
+    return visible_to(user, Job.objects.all(), permission=CHANGE_ANY_JOB)

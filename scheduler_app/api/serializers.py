@@ -1,0 +1,126 @@
+"""Representations of jobs, query filters and outcomes; all read-only except filters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_serializer
+from rest_framework import serializers
+
+from scheduler_app.cancellation import CancelOutcome
+from scheduler_app.models import Job
+
+
+@extend_schema_serializer(component_name="SchedulerJob")
+class JobSerializer(serializers.ModelSerializer):
+    """A job as its owner sees it (no errors or results: those stay with operators)."""
+
+    task = serializers.CharField(source="task_name", read_only=True)
+    owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "task",
+            "queue",
+            "status",
+            "payload",
+            "payload_version",
+            "priority",
+            "owner",
+            "created_at",
+            "scheduled_for",
+            "run_at",
+            "undo_deadline",
+            "started_at",
+            "finished_at",
+            "cancelled_at",
+            "attempts",
+            "max_attempts",
+        ]
+        read_only_fields = fields
+
+
+@extend_schema_serializer(component_name="SchedulerJobFilters")
+class JobFilterSerializer(serializers.Serializer):
+    """Query parameters of the job list; times are ISO 8601 (without an offset, UTC)."""
+
+    status = serializers.MultipleChoiceField(
+        choices=Job.Status.choices,
+        required=False,
+        help_text="Only jobs in this status; repeat it for several.",
+    )
+    task = serializers.CharField(
+        max_length=200, required=False, help_text="Only jobs of this task (exact name)."
+    )
+    created_after = serializers.DateTimeField(
+        required=False, help_text="Only jobs created at or after this time."
+    )
+    created_before = serializers.DateTimeField(
+        required=False, help_text="Only jobs created before this time."
+    )
+    scheduled_after = serializers.DateTimeField(
+        required=False, help_text="Only jobs scheduled for this time or later."
+    )
+    scheduled_before = serializers.DateTimeField(
+        required=False, help_text="Only jobs scheduled for before this time."
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        for field in ("created", "scheduled"):
+            after, before = attrs.get(field + "_after"), attrs.get(field + "_before")
+            if after is not None and before is not None and before <= after:
+                raise serializers.ValidationError(
+                    {field + "_before": ["Must be later than %s_after." % field]}
+                )
+        return attrs
+
+    def filter(self, queryset: Any) -> Any:
+        """Return ``queryset`` narrowed by the validated filters."""
+        data = self.validated_data
+        lookups = {
+            "status__in": sorted(data["status"]) if data.get("status") else None,
+            "task_name": data.get("task"),
+            "created_at__gte": data.get("created_after"),
+            "created_at__lt": data.get("created_before"),
+            "scheduled_for__gte": data.get("scheduled_after"),
+            "scheduled_for__lt": data.get("scheduled_before"),
+        }
+        return queryset.filter(
+            **{key: value for key, value in lookups.items() if value is not None}
+        )
+
+
+@extend_schema_serializer(component_name="SchedulerJobCancelResult")
+class JobCancelResultSerializer(serializers.Serializer):
+    """What a cancel or undo did: cancelled it now, or found it cancelled already."""
+
+    outcome = serializers.ChoiceField(
+        choices=[CancelOutcome.CANCELLED.value, CancelOutcome.ALREADY_CANCELLED.value]
+    )
+    job = JobSerializer()
+
+
+@extend_schema_serializer(component_name="SchedulerErrorDetail")
+class ErrorDetailSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="Stable, machine-readable error code.")
+    message = serializers.CharField(help_text="What went wrong, for people.")
+    fields = serializers.DictField(
+        child=serializers.JSONField(),
+        help_text="Each invalid field (body or query parameter) and its messages.",
+    )
+
+
+@extend_schema_serializer(component_name="SchedulerError")
+class ErrorSerializer(serializers.Serializer):
+    """The body of every error response."""
+
+    error = ErrorDetailSerializer()
+
+
+@extend_schema_serializer(component_name="SchedulerJobConflict")
+class JobConflictSerializer(ErrorSerializer):
+    """A 409: the job's state does not allow the action; ``job`` is its current state."""
+
+    job = JobSerializer()

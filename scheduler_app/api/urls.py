@@ -1,0 +1,26 @@
+"""URLs of the REST API; include them under a prefix of your choosing::
+
+    path("api/", include("scheduler_app.api.urls")),
+
+Routes (below the prefix): ``jobs/``, ``jobs/<id>/``, ``jobs/<id>/cancel/``,
+``jobs/<id>/undo/``, the OpenAPI schema at ``schema/`` and its docs page at
+``docs/``. URL names live in the ``scheduler_app_api`` namespace.
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from scheduler_app.api.views import DocsView, JobViewSet, SchemaView
+
+app_name = "scheduler_app_api"
+
+router = SimpleRouter()
+router.register("jobs", JobViewSet, basename="job")
+
+urlpatterns = [
+    *router.urls,
+    path(SchemaView.route, SchemaView.as_view(patterns=router.urls), name="schema"),
+    path("docs/", DocsView.as_view(), name="docs"),
+]

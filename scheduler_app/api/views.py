@@ -1,0 +1,424 @@
+"""Job endpoints: list, retrieve, cancel and undo; plus the schema and its docs page.
+
+Cancel and undo are one guarded UPDATE each (scheduler_app.cancellation),
+narrowed to the jobs the caller may see, so the status code always says what
+happened in the database, whoever raced the request.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from django.apps import apps
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import escape
+from django.views import View
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework import exceptions, mixins, viewsets
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.decorators import action
+from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from scheduler_app import cancellation, clock
+from scheduler_app.api.errors import Conflict, exception_handler
+from scheduler_app.api.permissions import visible_jobs
+from scheduler_app.api.serializers import (
+    ErrorSerializer,
+    JobCancelResultSerializer,
+    JobConflictSerializer,
+    JobFilterSerializer,
+    JobSerializer,
+)
+from scheduler_app.api.throttling import WriteRateThrottle
+from scheduler_app.cancellation import CancelOutcome
+from scheduler_app.models import Job
+
+#: Largest primary key a BigAutoField holds; larger ids cannot exist.
+MAX_ID = 2**63 - 1
+
+Status = Job.Status
+
+
+def document(**kwargs: Any) -> Any:
+    """Return extend_schema(**kwargs) built on drf-spectacular's AutoSchema.
+
+    extend_schema() extends REST_FRAMEWORK['DEFAULT_SCHEMA_CLASS'], which
+    projects leave as DRF's own; seeding the method's schema makes these
+    views document themselves whatever the project's settings say.
+    """
+
+    def decorator(method: Any) -> Any:
+        if not hasattr(method, "kwargs"):
+            method.kwargs = {}
+        method.kwargs.setdefault("schema", AutoSchema)
+        return extend_schema(**kwargs)(method)
+
+    return decorator
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(ErrorSerializer, description=description)
+
+
+NOT_AUTHENTICATED = _error("Not authenticated (no or invalid credentials).")
+NOT_FOUND = _error("No such job, or not one of yours.")
+FORBIDDEN = _error("CSRF check failed (session authentication only).")
+THROTTLED = _error("Too many write requests; the Retry-After header says when to try again.")
+
+
+class SchedulerViewSet(viewsets.GenericViewSet):
+    """The base of scheduler_app's API viewsets: one policy, whatever the project's defaults.
+
+    Token (when ``rest_framework.authtoken`` is installed) and session
+    authentication, authenticated users only, writes throttled per user,
+    JSON only, errors in the format of scheduler_app.api.errors, and
+    drf-spectacular's schema inspector.
+    """
+
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAuthenticated]
+    throttle_classes = [WriteRateThrottle]
+    renderer_classes = [JSONRenderer]
+    parser_classes = [JSONParser]
+    schema = AutoSchema()
+
+    def get_authenticators(self) -> list[Any]:
+        # TokenAuthentication queries the Token model, which exists only when
+        # its app is installed; without it a "Token" header would be a 500.
+        # Token comes first so that an anonymous request gets 401 with a
+        # WWW-Authenticate header, not a 403.
+        classes = self.authentication_classes
+        if not apps.is_installed("rest_framework.authtoken"):
+            classes = [cls for cls in classes if not issubclass(cls, TokenAuthentication)]
+        return [cls() for cls in classes]
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def object_id(self) -> int:
+        """Return the URL's object id as an int; 404 for anything that cannot be an id."""
+        raw = str(self.kwargs.get(self.lookup_url_kwarg or self.lookup_field, ""))
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or int(raw) > MAX_ID:
+            raise exceptions.NotFound()
+        return int(raw)
+
+
+class JobCursorPagination(CursorPagination):
+    """Newest first; a stable cursor however many jobs are added meanwhile."""
+
+    ordering = "-id"
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+    invalid_cursor_message = "Invalid cursor."
+
+    def get_page_size(self, request: Request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= self.max_page_size:
+            raise exceptions.ValidationError(
+                {
+                    self.page_size_query_param: [
+                        "Must be an integer from 1 to %s." % self.max_page_size
+                    ]
+                }
+            )
+        return int(raw)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"].update(minimum=1, maximum=self.max_page_size)
+        return parameters
+
+    def decode_cursor(self, request: Request) -> Any:
+        try:
+            cursor = super().decode_cursor(request)
+        except exceptions.NotFound:
+            cursor = None
+        else:
+            position = cursor.position if cursor is not None else None
+            if position is None or (
+                position.isascii() and position.isdigit() and int(position) <= MAX_ID
+            ):
+                return cursor
+        raise exceptions.ValidationError({self.cursor_query_param: [self.invalid_cursor_message]})
+
+
+def _utc(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+CANCEL_CONFLICT = OpenApiResponse(
+    JobConflictSerializer,
+    description="Too late: the job is running (`already_running`) or has finished "
+    "(`already_finished`). Nothing was changed; `job` is its current state.",
+    examples=[
+        OpenApiExample(
+            "already_running",
+            value={
+                "error": {
+                    "code": "already_running",
+                    "message": "Job 42 is already running; it can no longer be cancelled.",
+                    "fields": {},
+                },
+                "job": {"id": 42, "status": "running"},
+            },
+            response_only=True,
+            status_codes=["409"],
+        )
+    ],
+)
+UNDO_CONFLICT = OpenApiResponse(
+    JobConflictSerializer,
+    description="Too late to undo: the undo window has closed or a worker claimed the job "
+    "(`already_sending`), it has finished (`already_finished`), or it was scheduled "
+    "without an undo window (`not_undoable`). Nothing was changed; `job` is its "
+    "current state.",
+    examples=[
+        OpenApiExample(
+            "already_sending",
+            value={
+                "error": {
+                    "code": "already_sending",
+                    "message": "Too late to undo: job 42 is already being sent.",
+                    "fields": {},
+                },
+                "job": {"id": 42, "status": "running"},
+            },
+            response_only=True,
+            status_codes=["409"],
+        )
+    ],
+)
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerViewSet):
+    """The caller's jobs (all jobs for staff with scheduler_app.change_job)."""
+
+    serializer_class = JobSerializer
+    pagination_class = JobCursorPagination
+    queryset = Job.objects.none()  # the real one depends on the user: get_queryset()
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):  # schema generation: no user
+            return Job.objects.none()
+        return visible_jobs(self.request.user)
+
+    @document(
+        summary="List jobs",
+        description="The caller's jobs, newest first, in pages of `page_size` (default 50, "
+        "at most 200). Follow `next` for the following page. Time filters take ISO 8601 "
+        "date-times; a time without an offset is UTC. `*_after` includes the given time, "
+        "`*_before` excludes it.",
+        parameters=[JobFilterSerializer],
+        responses={
+            200: JobSerializer(many=True),
+            400: _error("Invalid filter or page parameter; `fields` names it."),
+            401: NOT_AUTHENTICATED,
+        },
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        filters = JobFilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        jobs = filters.filter(self.get_queryset())
+        page = self.paginate_queryset(jobs)
+        return self.get_paginated_response(JobSerializer(page, many=True).data)
+
+    @document(
+        summary="Retrieve a job",
+        description="One of the caller's jobs.",
+        responses={200: JobSerializer, 401: NOT_AUTHENTICATED, 404: NOT_FOUND},
+    )
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        job = self.get_queryset().filter(pk=self.object_id()).first()
+        if job is None:
+            raise exceptions.NotFound()
+        return Response(JobSerializer(job).data)
+
+    @document(
+        summary="Cancel a job",
+        description="Cancel a pending job. Exactly one of a cancel and a worker's claim wins; "
+        "the response says which. Repeating a successful cancel returns 200 with "
+        '`"outcome": "already_cancelled"`.',
+        request=None,
+        responses={
+            200: JobCancelResultSerializer,
+            401: NOT_AUTHENTICATED,
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+            409: CANCEL_CONFLICT,
+            429: THROTTLED,
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        job_id = self.object_id()
+        visible = self.get_queryset()
+        outcome = cancellation.cancel(job_id, by=request.user, queryset=visible)
+        job = self._stored(visible, job_id, outcome)
+        if outcome is CancelOutcome.TOO_LATE:
+            raise self._conflict(
+                job,
+                "already_running",
+                "Job %s is already running; it can no longer be cancelled." % job_id,
+            )
+        if outcome is CancelOutcome.ALREADY_FINISHED:
+            raise self._conflict(
+                job,
+                "already_finished",
+                "Job %s has already finished (%s); there is nothing to cancel."
+                % (job_id, job.status),
+            )
+        return self._cancelled(job, outcome)
+
+    @document(
+        summary="Undo a job inside its undo window",
+        description="Cancel a job scheduled with an undo window (e.g. a message), but only "
+        "before its `undo_deadline` and before a worker claims it. Repeating a successful "
+        'undo returns 200 with `"outcome": "already_cancelled"`.',
+        request=None,
+        responses={
+            200: JobCancelResultSerializer,
+            401: NOT_AUTHENTICATED,
+            403: FORBIDDEN,
+            404: NOT_FOUND,
+            409: UNDO_CONFLICT,
+            429: THROTTLED,
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def undo(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        job_id = self.object_id()
+        visible = self.get_queryset()
+        now = clock.now()
+        # The window is part of the guarded UPDATE: a job whose deadline has
+        # passed is outside the queryset, so it can never be cancelled here.
+        outcome = cancellation.cancel(
+            job_id, by=request.user, queryset=visible.filter(undo_deadline__gt=now)
+        )
+        if outcome is CancelOutcome.NOT_FOUND:
+            # Not ours, or no longer inside its window: find out which.
+            job = visible.filter(pk=job_id).first()
+            if job is None:
+                raise exceptions.NotFound()
+            outcome = CancelOutcome.ALREADY_CANCELLED if job.status == Status.CANCELLED else None
+        else:
+            job = self._stored(visible, job_id, outcome)
+        if outcome in (CancelOutcome.CANCELLED, CancelOutcome.ALREADY_CANCELLED):
+            return self._cancelled(job, outcome)
+        if job.undo_deadline is None:
+            raise self._conflict(
+                job,
+                "not_undoable",
+                "Job %s was scheduled without an undo window; it cannot be undone." % job_id,
+            )
+        if job.status in (Status.SUCCEEDED, Status.FAILED):
+            raise self._conflict(
+                job,
+                "already_finished",
+                "Too late to undo: job %s has already run (%s)." % (job_id, job.status),
+            )
+        if job.undo_deadline <= now:
+            message = (
+                "Too late to undo: the undo window of job %s closed at %s; it is "
+                "already being sent." % (job_id, _utc(job.undo_deadline))
+            )
+        else:
+            message = "Too late to undo: job %s is already being sent." % job_id
+        raise self._conflict(job, "already_sending", message)
+
+    def _stored(self, visible: Any, job_id: int, outcome: CancelOutcome) -> Job:
+        """Return the job after cancel() reported ``outcome``; 404 if it is not there."""
+        job = None if outcome is CancelOutcome.NOT_FOUND else visible.filter(pk=job_id).first()
+        if job is None:  # not visible, or deleted since
+            raise exceptions.NotFound()
+        return job
+
+    def _cancelled(self, job: Job, outcome: CancelOutcome) -> Response:
+        return Response({"outcome": outcome.value, "job": JobSerializer(job).data})
+
+    def _conflict(self, job: Job, code: str, message: str) -> Conflict:
+        return Conflict(message, code=code, extra={"job": JobSerializer(job).data})
+
+
+class SchemaView(SpectacularAPIView):
+    """The OpenAPI 3 schema of the routes it is given, at the prefix it is mounted under.
+
+    Public (it describes the API, not anyone's data). Give it the router's
+    ``patterns``; it serves YAML, or JSON with ``?format=json``.
+    """
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    #: The path of this view below the API's prefix (see urls.py).
+    route = "schema/"
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        prefix = request.path_info.removesuffix(self.route).rstrip("/")
+        self.custom_settings = {
+            "TITLE": "scheduler_app API",
+            "DESCRIPTION": "Jobs: list, retrieve, cancel, and undo inside an undo window. "
+            "Authenticate with `Authorization: Token <key>` or a session. Errors have one "
+            'format: `{"error": {"code": ..., "message": ..., "fields": {...}}}`.',
+            "VERSION": "1",
+            # The routes are given without the project's prefix; put it back.
+            "SCHEMA_PATH_PREFIX": "/",
+            "SCHEMA_PATH_PREFIX_INSERT": prefix,
+            **(self.custom_settings or {}),
+        }
+        return super().get(request, *args, **kwargs)
+
+
+DOCS_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>scheduler_app API</title>
+<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css">
+</head>
+<body>
+<div id="swagger-ui"><noscript>The schema is at <a href="%(url)s">%(url)s</a>.</noscript></div>
+<script src="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
+<script>
+const csrfToken = (document.cookie.match(/(?:^|; )csrftoken=([^;]*)/) || [])[1];
+SwaggerUIBundle({
+  url: %(json_url)s,
+  dom_id: "#swagger-ui",
+  persistAuthorization: true,
+  // Session users: Django's CSRF check wants the token on unsafe requests.
+  requestInterceptor: (request) => {
+    if (csrfToken) { request.headers["X-CSRFToken"] = decodeURIComponent(csrfToken); }
+    return request;
+  },
+});
+</script>
+</body>
+</html>
+"""
+
+
+class DocsView(View):
+    """A Swagger UI page for the schema served next to it (its assets come from a CDN)."""
+
+    http_method_names = ["get", "head"]
+    #: The schema's path relative to this page (see urls.py).
+    schema_url = "../schema/?format=json"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        json_url = json.dumps(self.schema_url).replace("<", "\\u003c")
+        return HttpResponse(DOCS_PAGE % {"url": escape(self.schema_url), "json_url": json_url})
