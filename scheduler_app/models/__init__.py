@@ -1,5 +1,5 @@
 from scheduler_app.models.controls import Control, ControlEvent
-from scheduler_app.models.jobs import Job, JobAttempt
+from scheduler_app.models.jobs import Job, JobAttempt, LatenessOverview
 from scheduler_app.models.schedules import Schedule, ScheduleOccurrence
 from scheduler_app.models.sends import RateLimit, Recipient, SendBatch
 
@@ -8,6 +8,7 @@ __all__ = [
     "ControlEvent",
     "Job",
     "JobAttempt",
+    "LatenessOverview",
     "RateLimit",
     "Recipient",
     "Schedule",

@@ -31,6 +31,8 @@ class Control(models.Model):
 
     class Meta:
         ordering = ["scope", "target"]
+        verbose_name = "kill switch"
+        verbose_name_plural = "switchboard"
         permissions = [("pause_everything", "Can pause and resume everything")]
         constraints = [
             models.UniqueConstraint(fields=["scope", "target"], name="scheduler_control_once"),

@@ -175,3 +175,12 @@ class JobAttempt(models.Model):
     def lateness(self) -> dt.timedelta:
         """Return started_at - due_at."""
         return self.started_at - self.due_at
+
+
+class LatenessOverview(Job):
+    """A proxy so the lateness page is listed (and permissioned) in the admin index."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "lateness overview"
+        verbose_name_plural = "lateness overview"

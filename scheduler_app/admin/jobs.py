@@ -1,0 +1,241 @@
+"""Jobs: read-only rows with cancel, run-now and retry actions."""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db import IntegrityError, transaction
+from django.db.models import F, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from scheduler_app import clock
+from scheduler_app.admin.display import paused_banner, report_counts, seconds
+from scheduler_app.cancellation import CancelOutcome, cancel
+from scheduler_app.controls import paused_scopes
+from scheduler_app.models import Job, JobAttempt
+
+CANCEL_LABELS = {
+    CancelOutcome.CANCELLED: (
+        "%(count)d job cancelled.",
+        "%(count)d jobs cancelled.",
+        messages.SUCCESS,
+    ),
+    CancelOutcome.ALREADY_CANCELLED: (
+        "%(count)d job was already cancelled.",
+        "%(count)d jobs were already cancelled.",
+        messages.INFO,
+    ),
+    CancelOutcome.TOO_LATE: (
+        "%(count)d job not cancelled: too late, it is already running.",
+        "%(count)d jobs not cancelled: too late, they are already running.",
+        messages.WARNING,
+    ),
+    CancelOutcome.ALREADY_FINISHED: (
+        "%(count)d job not cancelled: it already finished.",
+        "%(count)d jobs not cancelled: they already finished.",
+        messages.WARNING,
+    ),
+    CancelOutcome.NOT_FOUND: (
+        "%(count)d job no longer exists.",
+        "%(count)d jobs no longer exist.",
+        messages.WARNING,
+    ),
+}
+
+
+class LateFilter(admin.SimpleListFilter):
+    title = "lateness"
+    parameter_name = "late"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("overdue", "Due and not started"), ("late_start", "Started over 60 s late")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        if self.value() == "overdue":
+            return queryset.filter(status=Job.Status.PENDING, run_at__lt=clock.now())
+        if self.value() == "late_start":
+            return queryset.filter(started_at__gt=F("run_at") + dt.timedelta(seconds=60))
+        return queryset
+
+
+class AttemptInline(admin.TabularInline):
+    model = JobAttempt
+    extra = 0
+    can_delete = False
+    fields = [
+        "attempt",
+        "outcome",
+        "worker_id",
+        "due_at",
+        "started_at",
+        "finished_at",
+        "lateness_display",
+        "error",
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description="lateness")
+    def lateness_display(self, attempt: JobAttempt) -> str:
+        return seconds(attempt.lateness)
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "task_name",
+        "status_display",
+        "queue",
+        "scheduled_for",
+        "started_at",
+        "lateness_display",
+        "attempts",
+        "owner",
+    ]
+    list_filter = ["status", LateFilter, "queue", "task_name"]
+    search_fields = ["=id", "task_name", "unique_key"]
+    date_hierarchy = "scheduled_for"
+    list_select_related = ["owner"]
+    inlines = [AttemptInline]
+    actions = ["cancel_jobs", "run_now", "retry_failed"]
+    fieldsets = [
+        (None, {"fields": ["task_name", "status", "queue", "priority", "owner", "undo_display"]}),
+        (
+            "Timing",
+            {
+                "fields": [
+                    "scheduled_for",
+                    "run_at",
+                    "started_at",
+                    "finished_at",
+                    "lateness_display",
+                ]
+            },
+        ),
+        (
+            "Attempts",
+            {"fields": ["attempts", "max_attempts", "worker_id", "lease_expires_at", "last_error"]},
+        ),
+        ("Data", {"fields": ["payload", "payload_version", "unique_key", "result"]}),
+        ("Cancellation", {"fields": ["cancelled_at", "cancelled_by"]}),
+    ]
+
+    # Status, attempts and leases change only through the worker and the actions.
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f for fieldset in self.fieldsets for f in fieldset[1]["fields"]]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        self._paused = paused_scopes()
+        if request.method == "GET":
+            paused_banner(request, self._paused)
+        return super().changelist_view(request, extra_context)
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, job: Job) -> str:
+        paused = getattr(self, "_paused", None)
+        if (
+            job.status == Job.Status.PENDING
+            and paused
+            and paused.covers(queue=job.queue, task_name=job.task_name)
+        ):
+            return format_html("{} <strong>(paused)</strong>", job.get_status_display())
+        return job.get_status_display()
+
+    @admin.display(description="lateness")
+    def lateness_display(self, job: Job) -> str:
+        return seconds(job.lateness)
+
+    @admin.display(description="undo")
+    def undo_display(self, job: Job) -> str:
+        if job.undo_deadline is None:
+            return "-"
+        return format_html(
+            '<span class="scheduler-countdown" data-deadline="{}">until {}</span>',
+            job.undo_deadline.isoformat(),
+            timezone.localtime(job.undo_deadline).strftime("%H:%M:%S"),
+        )
+
+    @admin.action(description="Cancel selected jobs", permissions=["change"])
+    def cancel_jobs(self, request: HttpRequest, queryset: QuerySet) -> None:
+        counts = collections.Counter(
+            cancel(pk, by=request.user) for pk in queryset.values_list("pk", flat=True)
+        )
+        report_counts(request, self, counts, CANCEL_LABELS)
+
+    @admin.action(description="Run selected pending jobs now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
+        now = clock.now()
+        moved = queryset.filter(status=Job.Status.PENDING).update(run_at=now)
+        skipped = queryset.count() - moved
+        counts = {"moved": moved, "skipped": skipped}
+        report_counts(
+            request,
+            self,
+            counts,
+            {
+                "moved": (
+                    "%(count)d job will run now.",
+                    "%(count)d jobs will run now.",
+                    messages.SUCCESS,
+                ),
+                "skipped": (
+                    "%(count)d job skipped: only pending jobs can run now.",
+                    "%(count)d jobs skipped: only pending jobs can run now.",
+                    messages.WARNING,
+                ),
+            },
+        )
+
+    @admin.action(
+        description="Retry selected failed jobs (one more attempt)", permissions=["change"]
+    )
+    def retry_failed(self, request: HttpRequest, queryset: QuerySet) -> None:
+        counts: collections.Counter[str] = collections.Counter()
+        for pk in queryset.values_list("pk", flat=True):
+            try:
+                with transaction.atomic():
+                    retried = Job.objects.filter(pk=pk, status=Job.Status.FAILED).update(
+                        status=Job.Status.PENDING,
+                        run_at=clock.now(),
+                        finished_at=None,
+                        max_attempts=F("attempts") + 1,
+                    )
+            except IntegrityError:  # another unfinished job holds its unique key
+                counts["key_taken"] += 1
+                continue
+            counts["retried" if retried else "skipped"] += 1
+        report_counts(
+            request,
+            self,
+            counts,
+            {
+                "retried": (
+                    "%(count)d failed job will be retried.",
+                    "%(count)d failed jobs will be retried.",
+                    messages.SUCCESS,
+                ),
+                "skipped": (
+                    "%(count)d job skipped: only failed jobs can be retried.",
+                    "%(count)d jobs skipped: only failed jobs can be retried.",
+                    messages.WARNING,
+                ),
+                "key_taken": (
+                    "%(count)d job not retried: another job with its unique key is "
+                    "pending or running.",
+                    "%(count)d jobs not retried: another job with their unique key is "
+                    "pending or running.",
+                    messages.ERROR,
+                ),
+            },
+        )

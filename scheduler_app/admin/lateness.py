@@ -1,0 +1,60 @@
+"""The lateness overview: how late jobs start, per task, and what is overdue now."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from scheduler_app import clock
+from scheduler_app.lateness import lateness_by_task
+from scheduler_app.models import Job, LatenessOverview
+
+DEFAULT_OVERDUE_SECONDS = 60
+
+
+@admin.register(LatenessOverview)
+class LatenessOverviewAdmin(admin.ModelAdmin):
+    change_list_template = "admin/scheduler_app/lateness.html"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("scheduler_app.view_job")
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        now = clock.now()
+        try:
+            threshold = max(int(request.GET.get("overdue", DEFAULT_OVERDUE_SECONDS)), 0)
+        except ValueError:
+            threshold = DEFAULT_OVERDUE_SECONDS
+        due = Job.objects.due(now)
+        overdue = due.filter(run_at__lt=now - dt.timedelta(seconds=threshold))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Lateness overview",
+            "opts": self.model._meta,
+            "windows": [
+                ("Last hour", lateness_by_task(now - dt.timedelta(hours=1), now)),
+                ("Last day", lateness_by_task(now - dt.timedelta(days=1), now)),
+            ],
+            "threshold": threshold,
+            "overdue_count": overdue.count(),
+            "overdue": overdue.order_by("run_at")[:50],
+            "oldest": due.order_by("run_at").first(),
+            "now": now,
+        }
+        return TemplateResponse(request, self.change_list_template, context)

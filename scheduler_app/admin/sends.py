@@ -1,0 +1,427 @@
+"""Send batches: drafts, dry-run, seed send, checklist-guarded scheduling, kill switches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.core.files.storage import default_storage
+from django.db.models import QuerySet
+from django.http import (
+    FileResponse,
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    JsonResponse,
+)
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+
+from scheduler_app import clock
+from scheduler_app.exceptions import SchedulerError
+from scheduler_app.models import RateLimit, Recipient, SendBatch
+from scheduler_app.sends import batches
+from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
+from scheduler_app.sends.dry_run import dry_run
+
+Status = SendBatch.Status
+DRAFT_FIELDS = [
+    "name",
+    "subject_template",
+    "text_template",
+    "html_template",
+    "audience",
+    "audience_params",
+    "expected_max_audience",
+    "seed_list",
+    "seed_context",
+    "scheduled_at",
+    "timezone",
+    "local_delivery_time",
+    "undo_window",
+    "provider",
+    "rate_limit_key",
+    "breaker_window",
+    "breaker_threshold",
+]
+
+
+def progress(batch: SendBatch) -> dict[str, Any]:
+    """Return the batch's counters, share done and send rate, for the page and its JSON."""
+    done = batch.sent + batch.failed + batch.skipped
+    elapsed = (clock.now() - batch.started_at).total_seconds() if batch.started_at else 0
+    return {
+        "status": batch.status,
+        "total": batch.total,
+        "sent": batch.sent,
+        "failed": batch.failed,
+        "skipped": batch.skipped,
+        "remaining": batch.remaining,
+        "percent": round(100 * done / batch.total, 1) if batch.total else 0,
+        "rate": round(batch.sent / elapsed, 1) if elapsed > 0 else 0,
+        "undo_deadline": batch.undo_deadline.isoformat() if batch.undo_deadline else None,
+    }
+
+
+class ReasonForm(forms.Form):
+    reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}),
+        required=True,
+        error_messages={"required": "A reason is required to pause."},
+    )
+
+
+@admin.register(SendBatch)
+class SendBatchAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "status",
+        "scheduled_at",
+        "timezone",
+        "progress_bar",
+        "sent",
+        "failed",
+        "skipped",
+        "remaining",
+    ]
+    list_filter = ["status"]
+    search_fields = ["name"]
+    actions = [
+        "dry_run_action",
+        "seed_send_action",
+        "schedule_action",
+        "pause_action",
+        "resume_action",
+        "cancel_action",
+    ]
+    change_form_template = "admin/scheduler_app/sendbatch_change_form.html"
+
+    class Media:
+        js = ["scheduler_app/admin.js"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [*DRAFT_FIELDS, *self.get_readonly_fields(request, obj)]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        extra = [
+            "status",
+            "status_reason",
+            "progress_display",
+            "checklist_display",
+            "dry_run_display",
+        ]
+        if obj is not None and obj.status != Status.DRAFT:
+            return [*DRAFT_FIELDS, *extra]  # only drafts can be edited
+        return extra if obj is not None else ["status"]
+
+    def save_model(self, request: HttpRequest, obj: SendBatch, form: Any, change: bool) -> None:
+        if not change:
+            obj.owner = request.user
+        super().save_model(request, obj, form, change)
+
+    # -- display ----------------------------------------------------------------
+
+    @admin.display(description="progress")
+    def progress_bar(self, batch: SendBatch) -> str:
+        data = progress(batch)
+        return format_html(
+            '<progress class="scheduler-progress" data-batch="{}" max="100" value="{}"></progress> '
+            '<span class="scheduler-progress-text">{}%</span>',
+            batch.pk,
+            data["percent"],
+            data["percent"],
+        )
+
+    @admin.display(description="progress")
+    def progress_display(self, batch: SendBatch) -> str:
+        data = progress(batch)
+        return format_html(
+            '<div class="scheduler-live" data-url="{}" data-status="{}">'
+            '<progress class="scheduler-progress" max="100" value="{}" style="width:30em">'
+            "</progress>"
+            ' <span class="scheduler-progress-text">{}%</span><br>'
+            'sent <b class="p-sent">{}</b> · failed <b class="p-failed">{}</b> · skipped '
+            '<b class="p-skipped">{}</b> · remaining <b class="p-remaining">{}</b> · '
+            '<b class="p-rate">{}</b>/s</div>',
+            reverse("admin:scheduler_app_sendbatch_progress", args=[batch.pk]),
+            batch.status,
+            data["percent"],
+            data["percent"],
+            data["sent"],
+            data["failed"],
+            data["skipped"],
+            data["remaining"] if data["remaining"] is not None else "-",
+            data["rate"],
+        )
+
+    @admin.display(description="pre-flight checklist")
+    def checklist_display(self, batch: SendBatch) -> str:
+        return format_html(
+            "<ul class='checklist'>{}</ul>",
+            format_html_join(
+                "",
+                "<li class='{}'>{} <b>{}</b>: {}</li>",
+                (
+                    (
+                        "ok" if item.ok else "failing",
+                        "✔" if item.ok else "✘",
+                        item.name,
+                        item.detail,
+                    )
+                    for item in run_checklist(batch)
+                ),
+            ),
+        )
+
+    @admin.display(description="dry-run")
+    def dry_run_display(self, batch: SendBatch) -> str:
+        if not batch.dry_run_at:
+            return "No dry-run yet."
+        summary = ", ".join(
+            "%s %s" % (k.replace("_", " "), v) for k, v in batch.dry_run_summary.items()
+        )
+        return format_html(
+            '{} — {} <a class="dry-run-report" href="{}">Download the report</a>',
+            timezone.localtime(batch.dry_run_at).strftime("%Y-%m-%d %H:%M:%S"),
+            summary,
+            reverse("admin:scheduler_app_sendbatch_report", args=[batch.pk]),
+        )
+
+    # -- extra views ---------------------------------------------------------------
+
+    def get_urls(self) -> list:
+        view = self.admin_site.admin_view
+        return [
+            path(
+                "<int:pk>/progress/",
+                view(self.progress_view),
+                name="scheduler_app_sendbatch_progress",
+            ),
+            path("<int:pk>/report/", view(self.report_view), name="scheduler_app_sendbatch_report"),
+            path("<int:pk>/undo/", view(self.undo_view), name="scheduler_app_sendbatch_undo"),
+            *super().get_urls(),
+        ]
+
+    def progress_view(self, request: HttpRequest, pk: int) -> JsonResponse:
+        batch = get_object_or_404(self.get_queryset(request), pk=pk)
+        if not self.has_view_permission(request, batch):
+            raise PermissionDenied
+        return JsonResponse(progress(batch))
+
+    def report_view(self, request: HttpRequest, pk: int) -> FileResponse:
+        batch = get_object_or_404(self.get_queryset(request), pk=pk)
+        if not self.has_view_permission(request, batch):
+            raise PermissionDenied
+        if not batch.dry_run_report or not default_storage.exists(batch.dry_run_report):
+            raise Http404("This batch has no dry-run report.")
+        return FileResponse(
+            default_storage.open(batch.dry_run_report, "rb"),
+            as_attachment=True,
+            filename="dry-run-batch-%s.txt" % batch.pk,
+        )
+
+    def undo_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        batch = get_object_or_404(self.get_queryset(request), pk=pk)
+        if request.method != "POST" or not self.has_change_permission(request, batch):
+            raise PermissionDenied
+        outcome = batches.undo_batch(batch.pk, by=request.user)
+        if outcome.cancelled:
+            self.message_user(
+                request, "Undone: %s will not be sent." % batch.name, messages.SUCCESS
+            )
+        else:
+            self.message_user(
+                request,
+                "Too late, already %s: %s of %s sent. Nothing was changed."
+                % (
+                    outcome.status,
+                    outcome.sent,
+                    outcome.total if outcome.total is not None else "?",
+                ),
+                messages.ERROR,
+            )
+        return HttpResponseRedirect(reverse("admin:scheduler_app_sendbatch_change", args=[pk]))
+
+    # -- actions -----------------------------------------------------------------
+
+    @admin.action(description="Dry-run: render every message, send nothing", permissions=["change"])
+    def dry_run_action(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for batch in queryset:
+            try:
+                report = dry_run(batch)
+            except SchedulerError as exc:
+                self.message_user(
+                    request, "%s: dry-run failed: %s" % (batch.name, exc), messages.ERROR
+                )
+                continue
+            level = messages.SUCCESS if not report.problems else messages.WARNING
+            self.message_user(
+                request,
+                "%s: dry-run rendered %s of %s recipients, %s problem(s)."
+                % (batch.name, report.summary["rendered"], report.summary["rows"], report.problems),
+                level,
+            )
+
+    @admin.action(description="Seed send: send to the seed list now", permissions=["change"])
+    def seed_send_action(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for batch in queryset:
+            try:
+                markers = batches.seed_send(batch, by=request.user)
+            except SchedulerError as exc:
+                self.message_user(
+                    request, "%s: seed send refused: %s" % (batch.name, exc), messages.ERROR
+                )
+                continue
+            sent = sum(m.status == Recipient.Status.SENT for m in markers)
+            self.message_user(
+                request,
+                "%s: seed send went to %s of %s seed addresses." % (batch.name, sent, len(markers)),
+                messages.SUCCESS if sent == len(markers) else messages.WARNING,
+            )
+
+    @admin.action(description="Schedule (after the pre-flight checklist)", permissions=["change"])
+    def schedule_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        if "confirm" not in request.POST:
+            return self._confirm(request, queryset, "schedule_action", "Schedule", checklist=True)
+        relax = tuple(request.POST.getlist("relax"))
+        if relax and not request.user.has_perm("scheduler_app.relax_checklist"):
+            self.message_user(
+                request, "You do not have permission to relax checklist items.", messages.ERROR
+            )
+            return None
+        for batch in queryset:
+            try:
+                batches.schedule_batch(batch, by=request.user, relax=relax)
+            except ChecklistFailed as exc:
+                self.message_user(
+                    request,
+                    "%s was not scheduled. Failing: %s"
+                    % (batch.name, "; ".join("%s (%s)" % (i.name, i.detail) for i in exc.failing)),
+                    messages.ERROR,
+                )
+            except SchedulerError as exc:
+                self.message_user(
+                    request, "%s was not scheduled: %s" % (batch.name, exc), messages.ERROR
+                )
+            else:
+                self.message_user(request, "%s scheduled." % batch.name, messages.SUCCESS)
+        return None
+
+    @admin.action(description="Pause (a reason is required)", permissions=["change"])
+    def pause_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        form = ReasonForm(request.POST if "confirm" in request.POST else None)
+        if not form.is_valid():
+            if "confirm" in request.POST:
+                self.message_user(
+                    request, "A reason is required to pause. Nothing was paused.", messages.ERROR
+                )
+            return self._confirm(request, queryset, "pause_action", "Pause", form=form)
+        for batch in queryset:
+            if batches.pause_batch(batch.pk, by=request.user, reason=form.cleaned_data["reason"]):
+                self.message_user(request, "%s paused." % batch.name, messages.SUCCESS)
+            else:
+                self.message_user(
+                    request,
+                    "%s was not paused: it is %s." % (batch.name, batch.get_status_display()),
+                    messages.ERROR,
+                )
+        return None
+
+    @admin.action(description="Resume", permissions=["resume"])
+    def resume_action(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for batch in queryset:
+            try:
+                batches.resume_batch(batch.pk, by=request.user)
+            except SchedulerError as exc:
+                self.message_user(
+                    request, "%s was not resumed: %s" % (batch.name, exc), messages.ERROR
+                )
+            else:
+                self.message_user(request, "%s resumed." % batch.name, messages.SUCCESS)
+
+    @admin.action(description="Cancel", permissions=["change"])
+    def cancel_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
+        if "confirm" not in request.POST:
+            return self._confirm(request, queryset, "cancel_action", "Cancel")
+        for batch in queryset:
+            if batches.cancel_batch(batch.pk, by=request.user, reason="Cancelled in the admin."):
+                self.message_user(
+                    request,
+                    "%s cancelled; %s were already sent." % (batch.name, batch.sent),
+                    messages.SUCCESS,
+                )
+            else:
+                self.message_user(
+                    request,
+                    "%s was not cancelled: it is %s." % (batch.name, batch.get_status_display()),
+                    messages.ERROR,
+                )
+        return None
+
+    def has_resume_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("scheduler_app.resume_sendbatch")
+
+    def _confirm(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet,
+        action: str,
+        verb: str,
+        *,
+        checklist: bool = False,
+        form: forms.Form | None = None,
+    ) -> HttpResponse:
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "%s send batches" % verb,
+            "opts": self.model._meta,
+            "verb": verb,
+            "action": action,
+            "queryset": queryset,
+            "items": [(b, run_checklist(b) if checklist else []) for b in queryset],
+            "can_relax": request.user.has_perm("scheduler_app.relax_checklist"),
+            "form": form,
+            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+        }
+        return TemplateResponse(request, "admin/scheduler_app/batch_confirm.html", context)
+
+
+@admin.register(Recipient)
+class RecipientAdmin(admin.ModelAdmin):
+    """Who got what, when, and why not."""
+
+    list_display = [
+        "address",
+        "recipient_key",
+        "batch",
+        "status",
+        "attempts",
+        "sent_at",
+        "provider_message_id",
+        "last_error",
+        "is_seed",
+    ]
+    list_filter = ["status", "is_seed"]
+    search_fields = ["=address", "address", "=recipient_key"]
+    list_select_related = ["batch"]
+    raw_id_fields = ["batch"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [f.name for f in Recipient._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(RateLimit)
+class RateLimitAdmin(admin.ModelAdmin):
+    """Change a provider account's send rate live; workers follow within a chunk."""
+
+    list_display = ["key", "rate", "burst"]
+    fields = ["key", "rate", "burst"]
