@@ -1,0 +1,1 @@
+"""Recurring schedules (DESIGN.md guarantee 10): DST, policies, exactly-once, validation."""

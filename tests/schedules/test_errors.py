@@ -1,0 +1,123 @@
+"""A schedule that cannot enqueue records an 'error' occurrence and moves on.
+
+No exception escapes the scheduler, other schedules in the same tick still
+run, and the next tick does not retry the same occurrence in a loop.
+"""
+
+from __future__ import annotations
+
+from zoneinfo import ZoneInfoNotFoundError
+
+import pytest
+from cronsim import CronSimError
+from django.db import IntegrityError
+
+from scheduler_app.clock import frozen_clock
+from scheduler_app.models import Job, Schedule, ScheduleOccurrence
+from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
+from tests.schedules.steps import MINUTE, Outcome, finish_all, make_schedule, outcome_times, utc
+
+T0 = utc(2026, 6, 1, 10, 0)
+QUARTER = 15 * MINUTE
+
+
+@pytest.mark.django_db
+def test_unknown_task_records_an_error_occurrence_and_moves_on():
+    with frozen_clock(T0) as clock:
+        # Stored without validation, e.g. the task was renamed in a deploy.
+        broken = Schedule.objects.create(
+            name="a-broken", task_name="shop.renamed_away", cron="*/15 * * * *", next_run_at=T0
+        )
+        healthy = make_schedule("b-healthy", cron="*/15 * * * *", next_run_at=T0)
+
+        assert enqueue_due_occurrences() == 1  # the healthy one; no exception
+        broken.refresh_from_db()
+        assert broken.next_run_at == T0 + QUARTER
+        error = ScheduleOccurrence.objects.get(schedule=broken)
+        assert (error.occurrence_at, error.outcome, error.job) == (T0, Outcome.ERROR, None)
+        assert error.detail == "No task is registered as 'shop.renamed_away'."
+
+        # The next ticks of the same minute: no retry loop, nothing new.
+        clock.advance(MINUTE)
+        assert enqueue_due_occurrences() == 0
+        assert enqueue_due_occurrences() == 0
+        assert ScheduleOccurrence.objects.filter(schedule=broken).count() == 1
+
+        # The next occurrence is tried (and recorded) once, like any other.
+        finish_all(clock.advance(QUARTER - MINUTE))
+        assert enqueue_due_occurrences() == 1
+    assert outcome_times(broken, Outcome.ERROR) == [T0, T0 + QUARTER]
+    assert outcome_times(healthy, Outcome.ENQUEUED) == [T0, T0 + QUARTER]
+    assert not Job.objects.filter(task_name="shop.renamed_away").exists()
+
+
+@pytest.mark.django_db
+def test_unknown_queue_in_a_stored_schedule_is_recorded_as_an_error():
+    with frozen_clock(T0):
+        schedule = Schedule.objects.create(
+            name="wrong-queue", task_name="tests.schedules.tick", queue="nope", cron="*/15 * * * *"
+        )
+        assert enqueue_due_occurrences() == 0
+    error = ScheduleOccurrence.objects.get(schedule=schedule)
+    assert error.outcome == Outcome.ERROR
+    assert error.detail == (
+        "Item 0: Unknown queue 'nope'; SCHEDULER_APP['QUEUES'] lists: default, emails, slow."
+    )
+    schedule.refresh_from_db()
+    assert schedule.next_run_at == T0 + QUARTER
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "definition",
+    [{"cron": "61 * * * *"}, {"cron": "*/15 * * * *", "timezone": "Mars/Olympus"}],
+    ids=["bad-cron", "unknown-zone"],
+)
+@pytest.mark.xfail(
+    strict=True,
+    raises=(CronSimError, ZoneInfoNotFoundError),
+    reason=(
+        "scheduler_app bug: a stored schedule with an invalid cron (CronSimError) or a time "
+        "zone missing from tzdata (ZoneInfoNotFoundError) raises out of "
+        "enqueue_due_occurrences(), rolling back every schedule's tick and stopping runworker"
+    ),
+)
+def test_stored_schedule_with_invalid_cron_or_zone_is_recorded_and_spares_the_others(definition):
+    with frozen_clock(T0) as clock:
+        # Stored without validation (raw SQL, a data migration, a zone removed from tzdata).
+        broken = Schedule.objects.create(
+            name="a-broken", task_name="tests.schedules.tick", next_run_at=T0, **definition
+        )
+        healthy = make_schedule("b-healthy", cron="* * * * *", overlap_policy="allow")
+        assert enqueue_due_occurrences() == 1
+        clock.advance(MINUTE)
+        assert enqueue_due_occurrences() == 1
+    assert outcome_times(healthy, Outcome.ENQUEUED) == [T0, T0 + MINUTE]
+    errors = ScheduleOccurrence.objects.filter(schedule=broken)
+    assert [(e.occurrence_at, e.outcome) for e in errors] == [(T0, Outcome.ERROR)]
+    assert errors[0].detail
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(
+    strict=True,
+    raises=IntegrityError,
+    reason=(
+        "scheduler_app bug: with its previous job deleted (pruned), a fixed delay schedule "
+        "restarts from start_at/created_at, whose occurrence is already recorded: the "
+        "IntegrityError rolls back the whole tick, for every schedule, on every tick"
+    ),
+)
+def test_fixed_delay_schedule_whose_finished_jobs_were_pruned_keeps_running():
+    with frozen_clock(T0) as clock:
+        schedule = make_schedule(
+            "delay", kind=Schedule.Kind.FIXED_DELAY, interval=QUARTER, start_at=T0
+        )
+        other = make_schedule("other", cron="*/15 * * * *", next_run_at=T0 + QUARTER)
+        assert enqueue_due_occurrences() == 1
+        finish_all(T0 + MINUTE)
+        Job.objects.all().delete()  # an operator prunes finished jobs
+        clock.set(T0 + QUARTER + MINUTE)
+        assert enqueue_due_occurrences() == 2
+    assert outcome_times(other, Outcome.ENQUEUED) == [T0 + QUARTER]
+    assert len(outcome_times(schedule, Outcome.ENQUEUED)) == 2
