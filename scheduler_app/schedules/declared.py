@@ -177,7 +177,10 @@ def _build(name: str, definition: Any) -> Schedule:
 def _seconds(value: Any, key: str) -> dt.timedelta:
     if isinstance(value, bool) or not isinstance(value, int | float | dt.timedelta):
         raise ValueError("%s must be a number of seconds" % key)
-    return value if isinstance(value, dt.timedelta) else dt.timedelta(seconds=value)
+    duration = value if isinstance(value, dt.timedelta) else dt.timedelta(seconds=value)
+    if duration < dt.timedelta(0):
+        raise ValueError("%s must not be negative" % key)
+    return duration
 
 
 def _datetime(value: Any) -> dt.datetime | None:

@@ -15,7 +15,7 @@ import datetime as dt
 import itertools
 import logging
 
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 
 from scheduler_app import clock
 from scheduler_app.exceptions import SchedulerError
@@ -48,6 +48,12 @@ def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
             except SchedulerError as exc:
                 logger.error("schedule cannot enqueue schedule=%s error=%s", schedule.name, exc)
                 _record_error(schedule, now, str(exc))
+            except (OperationalError, InterfaceError):
+                raise  # the connection is gone: the worker reconnects and ticks again
+            except Exception as exc:
+                # A bug or bad data in one schedule must not stop the others.
+                logger.exception("schedule tick failed schedule=%s", schedule.name)
+                _record_error(schedule, now, "%s: %s" % (type(exc).__name__, exc))
     return enqueued
 
 
@@ -85,8 +91,19 @@ def _tick_fixed_delay(schedule: Schedule, cursor: dt.datetime | None, now: dt.da
             .values_list("finished_at", flat=True)
             .first()
         )
-        start = schedule.start_at or schedule.created_at
-        following = last_end + schedule.interval if last_end else start
+        last_occurrence = (
+            ScheduleOccurrence.objects.filter(schedule=schedule)
+            .order_by("-occurrence_at")
+            .values_list("occurrence_at", flat=True)
+            .first()
+        )
+        if last_end is not None:
+            following = last_end + schedule.interval
+        elif last_occurrence is not None:
+            # Its runs were deleted (pruned): count the delay from now.
+            following = max(now, last_occurrence + schedule.interval)
+        else:
+            following = schedule.start_at or schedule.created_at
         if not _move_cursor(schedule, None, following, now) or following > now:
             return 0
         cursor = following
@@ -108,6 +125,7 @@ def _handle(
         misfire=schedule.misfire_policy,
         overlap=schedule.overlap_policy,
         previous_unfinished=_previous_unfinished(schedule),
+        more_due=following is not None and following <= now,
     )
     if schedule.kind == Schedule.Kind.FIXED_DELAY and not decision.enqueue:
         following = now + schedule.interval  # skipped: count the delay from now
@@ -185,12 +203,22 @@ def _record_error(schedule: Schedule, now: dt.datetime, error: str) -> None:
     schedule.refresh_from_db(fields=["next_run_at"])  # the failed savepoint rolled it back
     with transaction.atomic():
         cursor = schedule.next_run_at or now
-        following = (
-            now + schedule.interval
-            if schedule.kind == Schedule.Kind.FIXED_DELAY
-            else next(occurrences_after(schedule, max(cursor, now)))
-        )
-        if _move_cursor(schedule, schedule.next_run_at, following, now):
+        try:
+            following = (
+                now + schedule.interval
+                if schedule.kind == Schedule.Kind.FIXED_DELAY
+                else next(occurrences_after(schedule, max(cursor, now)))
+            )
+            moved = _move_cursor(schedule, schedule.next_run_at, following, now)
+        except SchedulerError:
+            # Its definition cannot be evaluated: stop until an operator fixes it.
+            logger.error("schedule disabled schedule=%s", schedule.name)
+            moved = bool(
+                Schedule.objects.filter(pk=schedule.pk, enabled=True).update(
+                    enabled=False, updated_at=now
+                )
+            )
+        if moved:
             ScheduleOccurrence.objects.get_or_create(
                 schedule=schedule,
                 occurrence_at=cursor,

@@ -37,8 +37,13 @@ def decide(
     misfire: str,
     overlap: str,
     previous_unfinished: bool,
+    more_due: bool = False,
 ) -> Decision:
-    """Return what to do with ``due`` (ascending occurrence times, all <= now)."""
+    """Return what to do with ``due`` (ascending occurrence times, all <= now).
+
+    ``more_due``: later occurrences are due too (a backlog longer than one
+    tick), so none of ``due`` is the latest.
+    """
     if not due:
         return Decision(enqueue=())
     if misfire == "run_all":
@@ -47,11 +52,11 @@ def decide(
         keep = [at for at in due if now - at <= grace]
         missed = [at for at in due if now - at > grace]
     elif misfire == "run_once":
-        keep, missed = [due[-1]], list(due[:-1])
+        keep, missed = ([], list(due)) if more_due else ([due[-1]], list(due[:-1]))
     else:
         raise ValueError("Unknown misfire policy %r" % misfire)
     overlapping: list[dt.datetime] = []
-    if overlap == "skip" and keep:
+    if overlap == "skip":
         if previous_unfinished:
             keep, overlapping = [], keep
         else:

@@ -58,9 +58,23 @@ def fixed_rate_after(
 
 
 def occurrences_after(schedule, after: dt.datetime) -> Iterator[dt.datetime]:  # type: ignore[no-untyped-def]
-    """Yield the occurrences of a cron or fixed-rate schedule strictly after ``after``."""
+    """Yield the occurrences of a cron or fixed-rate schedule strictly after ``after``.
+
+    Raises InvalidSchedule for a stored cron expression or time zone that is
+    not valid (saved without validation, or a zone removed from tzdata).
+    """
+    from scheduler_app.exceptions import InvalidSchedule
+
     if schedule.kind == schedule.Kind.CRON:
-        return cron_after(schedule.cron, schedule.tz, after)
+        try:
+            tz = zoneinfo.ZoneInfo(schedule.timezone)
+            check_cron(schedule.cron)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+            raise InvalidSchedule(
+                "Schedule %r cannot be evaluated (cron %r, time zone %r): %s"
+                % (schedule.name, schedule.cron, schedule.timezone, exc)
+            ) from exc
+        return cron_after(schedule.cron, tz, after)
     if schedule.kind == schedule.Kind.FIXED_RATE:
         start = schedule.start_at or schedule.created_at
         return fixed_rate_after(start, schedule.interval, after)

@@ -6,11 +6,7 @@ run, and the next tick does not retry the same occurrence in a loop.
 
 from __future__ import annotations
 
-from zoneinfo import ZoneInfoNotFoundError
-
 import pytest
-from cronsim import CronSimError
-from django.db import IntegrityError
 
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
@@ -73,15 +69,6 @@ def test_unknown_queue_in_a_stored_schedule_is_recorded_as_an_error():
     [{"cron": "61 * * * *"}, {"cron": "*/15 * * * *", "timezone": "Mars/Olympus"}],
     ids=["bad-cron", "unknown-zone"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    raises=(CronSimError, ZoneInfoNotFoundError),
-    reason=(
-        "scheduler_app bug: a stored schedule with an invalid cron (CronSimError) or a time "
-        "zone missing from tzdata (ZoneInfoNotFoundError) raises out of "
-        "enqueue_due_occurrences(), rolling back every schedule's tick and stopping runworker"
-    ),
-)
 def test_stored_schedule_with_invalid_cron_or_zone_is_recorded_and_spares_the_others(definition):
     with frozen_clock(T0) as clock:
         # Stored without validation (raw SQL, a data migration, a zone removed from tzdata).
@@ -99,15 +86,6 @@ def test_stored_schedule_with_invalid_cron_or_zone_is_recorded_and_spares_the_ot
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    raises=IntegrityError,
-    reason=(
-        "scheduler_app bug: with its previous job deleted (pruned), a fixed delay schedule "
-        "restarts from start_at/created_at, whose occurrence is already recorded: the "
-        "IntegrityError rolls back the whole tick, for every schedule, on every tick"
-    ),
-)
 def test_fixed_delay_schedule_whose_finished_jobs_were_pruned_keeps_running():
     with frozen_clock(T0) as clock:
         schedule = make_schedule(

@@ -64,28 +64,7 @@ POLICIES = {
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(
-    "policy",
-    [
-        pytest.param(
-            name,
-            marks=[
-                pytest.mark.xfail(
-                    strict=True,
-                    raises=ValueError,
-                    reason=(
-                        'scheduler_app bug: policy.decide() raises "Unknown overlap policy '
-                        "'skip'\" when misfire=skip leaves nothing to keep, so the whole tick "
-                        "fails on every call"
-                    ),
-                )
-            ]
-            if name == "skip-back-late"
-            else [],
-        )
-        for name in POLICIES
-    ],
-)
+@pytest.mark.parametrize("policy", list(POLICIES))
 def test_three_hours_of_downtime_follow_the_misfire_policy(kind, policy):
     misfire, overlap, back_at, enqueued, skipped_misfire, skipped_overlap = POLICIES[policy]
     with frozen_clock(LAST_RUN) as clock:
@@ -133,14 +112,6 @@ def test_three_hours_of_downtime_follow_the_misfire_policy(kind, policy):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("overlap", ["skip", "allow"])
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "scheduler_app bug: a backlog longer than MAX_OCCURRENCES_PER_TICK is decided one "
-        "chunk at a time, so run_once enqueues the last occurrence of the first chunk (not "
-        "the latest) and, under overlap allow, a second catch-up run on the next tick"
-    ),
-)
 def test_run_once_after_a_backlog_longer_than_one_tick_still_runs_once_for_the_latest(overlap):
     """A minutely schedule back after 1100 minutes (e.g. re-enabled the next day)."""
     minute = dt.timedelta(minutes=1)

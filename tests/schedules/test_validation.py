@@ -148,14 +148,6 @@ def test_declared_schedule_errors_name_the_schedule_in_check_e020(definition, pr
     assert caught.value.message == message
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "scheduler_app bug: declared._build() skips constraint validation, so a negative "
-        "jitter or misfire_grace passes check E020 and fails later with an IntegrityError "
-        "in sync_declared_schedules() at runworker start"
-    ),
-)
 @pytest.mark.parametrize("key", ["jitter", "misfire_grace"])
 def test_declared_negative_duration_is_reported_by_check_e020(key):
     with declaring({"nightly-report": {"task": TASK, "cron": "0 3 * * *", key: -5}}):
