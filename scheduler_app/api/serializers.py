@@ -67,6 +67,22 @@ class JobFilterSerializer(serializers.Serializer):
         required=False, help_text="Only jobs scheduled for before this time."
     )
 
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # DRF skips an empty optional field ("?task="); a filter given empty is a mistake.
+        getlist = getattr(data, "getlist", lambda name: [data[name]])
+        blank = {
+            name: ["This field may not be blank."]
+            for name in self.fields
+            if name in data and "" in getlist(name)
+        }
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError({**exc.detail, **blank}) from exc
+        if blank:
+            raise serializers.ValidationError(blank)
+        return value
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         for field in ("created", "scheduled"):
             after, before = attrs.get(field + "_after"), attrs.get(field + "_before")

@@ -9,10 +9,10 @@ Routes (below the prefix): ``jobs/``, ``jobs/<id>/``, ``jobs/<id>/cancel/``,
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api.views import DocsView, JobViewSet, SchemaView
+from scheduler_app.api.views import DocsView, JobViewSet, SchemaView, not_found
 
 app_name = "scheduler_app_api"
 
@@ -21,6 +21,10 @@ router.register("jobs", JobViewSet, basename="job")
 
 urlpatterns = [
     *router.urls,
+    # Deeper paths below jobs/ (e.g. an id containing "/") get the API's 404,
+    # not the project's HTML page. Only with the trailing slash, so that
+    # APPEND_SLASH still redirects "jobs/1" to "jobs/1/".
+    re_path(r"^jobs/.+/$", not_found),
     path(SchemaView.route, SchemaView.as_view(patterns=router.urls), name="schema"),
     path("docs/", DocsView.as_view(), name="docs"),
 ]

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from django.apps import apps
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.html import escape
 from django.views import View
 from drf_spectacular.openapi import AutoSchema
@@ -29,7 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from scheduler_app import cancellation, clock
-from scheduler_app.api.errors import Conflict, exception_handler
+from scheduler_app.api.errors import Conflict, error_body, exception_handler
 from scheduler_app.api.permissions import visible_jobs
 from scheduler_app.api.serializers import (
     ErrorSerializer,
@@ -209,6 +209,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
 
     serializer_class = JobSerializer
     pagination_class = JobCursorPagination
+    # Any one path segment reaches the view, which answers 404 in the API's
+    # format for what cannot be an id (DRF's default also stops at dots).
+    lookup_value_regex = "[^/]+"
     queryset = Job.objects.none()  # the real one depends on the user: get_queryset()
 
     def get_queryset(self) -> Any:
@@ -351,6 +354,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
 
     def _conflict(self, job: Job, code: str, message: str) -> Conflict:
         return Conflict(message, code=code, extra={"job": JobSerializer(job).data})
+
+
+def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """Answer 404 in the API's error format (paths below a router prefix that match no route)."""
+    return JsonResponse(error_body("not_found", "Not found."), status=404)
 
 
 class SchemaView(SpectacularAPIView):
