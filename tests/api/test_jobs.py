@@ -235,11 +235,23 @@ def test_retrieve_returns_the_job(api, ada, make_job):
     assert response.json()["scheduled_for"] == iso(job.scheduled_for)
 
 
-@pytest.mark.parametrize("job_id", ["0", "123456789", "abc", "-1", "1e3", "9" * 19, "9" * 30, "١٢"])
+@pytest.mark.parametrize(
+    "job_id", ["0", "123456789", "abc", "-1", "1e3", "1.5", "9" * 19, "9" * 30, "١٢", "1%2F2"]
+)
 def test_retrieve_unknown_or_malformed_id_is_404(api, ada, make_job, job_id):
     make_job(ada)
 
     response = api.get("/api/jobs/%s/" % job_id)
+
+    assert response.status_code == 404
+    assert response.json() == NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/jobs/1/extra/", "/api/jobs/1/cancel/again/", "/api/jobs/a/b/"]
+)
+def test_unknown_paths_below_jobs_get_the_api_404(api, path):
+    response = api.get(path)
 
     assert response.status_code == 404
     assert response.json() == NOT_FOUND
