@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
+import psycopg
 from django.db import connection
 from django.db.models import QuerySet
 
@@ -15,6 +17,20 @@ ATTEMPT = JobAttempt._meta.db_table
 
 #: The channel workers LISTEN on; each payload is "<queue> <run_at epoch>".
 CHANNEL = "scheduler_app_jobs"
+
+
+@contextlib.contextmanager
+def bound_cursor() -> Iterator[psycopg.Cursor]:
+    """Yield a cursor that binds parameters on the server, for the hot statements.
+
+    Django's default client-side binding quotes every array element in
+    Python; server-side binding sends them as they are and lets psycopg
+    prepare statements that run again and again. Errors are Django's.
+    """
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        yield cursor
+
 
 CLAIM = f"""
 UPDATE {JOB} AS j
@@ -80,7 +96,7 @@ def claim_jobs(
     paused_tasks: Sequence[str] = (),
 ) -> list[tuple]:
     """Claim up to ``limit`` due jobs for ``worker``; return their rows (see CLAIM)."""
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(
             CLAIM,
             {
@@ -100,7 +116,7 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
     if not rows:
         return set()
     columns = [list(column) for column in zip(*rows, strict=True)]
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(FINISH, [*columns, worker])
         return {row[0] for row in cursor.fetchall()}
 
@@ -217,7 +233,7 @@ def claim_recipients(
     *, batch_id: int, claim: str, limit: int, now: dt.datetime, until: dt.datetime
 ) -> list[tuple]:
     """Claim up to ``limit`` due recipients; return (id, key, address, tz, context, attempts)."""
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(
             CLAIM_RECIPIENTS,
             {"batch": batch_id, "claim": claim, "limit": limit, "now": now, "until": until},
@@ -233,6 +249,6 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str) -> list[str]:
     if not rows:
         return []
     columns = [list(column) for column in zip(*rows, strict=True)]
-    with connection.cursor() as cursor:
+    with bound_cursor() as cursor:
         cursor.execute(MARK_RECIPIENTS, [*columns, claim])
         return [row[0] for row in cursor.fetchall()]
