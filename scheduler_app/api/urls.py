@@ -9,6 +9,8 @@ Routes (below the prefix): ``jobs/``, ``jobs/<id>/``, ``jobs/<id>/cancel/``,
 
 from __future__ import annotations
 
+import re
+
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
@@ -19,12 +21,15 @@ app_name = "scheduler_app_api"
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")
 
+#: Each router prefix, for the catch-all below.
+_PREFIXES = "|".join(re.escape(prefix) for prefix, *_ in router.registry)
+
 urlpatterns = [
     *router.urls,
-    # Deeper paths below jobs/ (e.g. an id containing "/") get the API's 404,
-    # not the project's HTML page. Only with the trailing slash, so that
-    # APPEND_SLASH still redirects "jobs/1" to "jobs/1/".
-    re_path(r"^jobs/.+/$", not_found),
+    # Deeper paths below a router prefix (e.g. an id containing "/") get the
+    # API's 404, not the project's HTML page. Only with the trailing slash, so
+    # that APPEND_SLASH still redirects "jobs/1" to "jobs/1/".
+    re_path(r"^(?:%s)/.+/$" % _PREFIXES, not_found),
     path(SchemaView.route, SchemaView.as_view(patterns=router.urls), name="schema"),
     path("docs/", DocsView.as_view(), name="docs"),
 ]

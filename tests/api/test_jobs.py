@@ -6,6 +6,7 @@ import base64
 import datetime as dt
 
 import pytest
+from rest_framework.test import APIClient
 
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job
@@ -250,11 +251,13 @@ def test_retrieve_unknown_or_malformed_id_is_404(api, ada, make_job, job_id):
 @pytest.mark.parametrize(
     "path", ["/api/jobs/1/extra/", "/api/jobs/1/cancel/again/", "/api/jobs/a/b/"]
 )
-def test_unknown_paths_below_jobs_get_the_api_404(api, path):
-    response = api.get(path)
+def test_unknown_paths_below_jobs_get_the_api_404(api, ada, path):
+    session = APIClient(enforce_csrf_checks=True)
+    session.force_login(ada)
 
-    assert response.status_code == 404
-    assert response.json() == NOT_FOUND
+    for response in (api.get(path), api.post(path), session.post(path)):
+        assert response.status_code == 404
+        assert response.json() == NOT_FOUND
 
 
 def test_reads_are_json_only_and_other_methods_are_405(api, ada, make_job):
