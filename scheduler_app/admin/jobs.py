@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import threading
 from typing import Any
 
 from django.contrib import admin, messages
@@ -46,6 +47,10 @@ CANCEL_LABELS = {
         messages.WARNING,
     ),
 }
+
+
+# The kill-switch state read once per changelist request (admin objects are shared).
+_request_state = threading.local()
 
 
 class LateFilter(admin.SimpleListFilter):
@@ -136,14 +141,14 @@ class JobAdmin(admin.ModelAdmin):
         return False
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        self._paused = paused_scopes()
+        _request_state.paused = paused_scopes()
         if request.method == "GET":
-            paused_banner(request, self._paused)
+            paused_banner(request, _request_state.paused)
         return super().changelist_view(request, extra_context)
 
     @admin.display(description="status", ordering="status")
     def status_display(self, job: Job) -> str:
-        paused = getattr(self, "_paused", None)
+        paused = getattr(_request_state, "paused", None)
         if (
             job.status == Job.Status.PENDING
             and paused

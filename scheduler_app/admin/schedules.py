@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
@@ -15,6 +16,12 @@ from scheduler_app.models import Schedule, ScheduleOccurrence
 from scheduler_app.schedules.recurrence import next_run_times
 
 PREVIEW_COUNT = 10
+
+
+class ScheduleForm(forms.ModelForm):
+    def clean_payload(self) -> Any:
+        value = self.cleaned_data["payload"]
+        return {} if value is None else value  # blank means "no payload"; the column is NOT NULL
 
 
 class OccurrenceInline(admin.TabularInline):
@@ -41,6 +48,7 @@ class OccurrenceInline(admin.TabularInline):
 
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
+    form = ScheduleForm
     list_display = [
         "name",
         "task_name",

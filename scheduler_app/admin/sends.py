@@ -14,6 +14,7 @@ from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
+    HttpResponseNotAllowed,
     HttpResponseRedirect,
     JsonResponse,
 )
@@ -24,10 +25,14 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app import clock
+from scheduler_app.admin.display import paused_banner
+from scheduler_app.conf import app_settings
+from scheduler_app.controls import paused_scopes
 from scheduler_app.exceptions import SchedulerError
 from scheduler_app.models import RateLimit, Recipient, SendBatch
 from scheduler_app.sends import batches
 from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
+from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 from scheduler_app.sends.dry_run import dry_run
 
 Status = SendBatch.Status
@@ -69,6 +74,34 @@ def progress(batch: SendBatch) -> dict[str, Any]:
     }
 
 
+class SendBatchForm(forms.ModelForm):
+    """Blank JSON fields mean "none" (the columns are NOT NULL); parameters are an object."""
+
+    def clean_audience_params(self) -> dict[str, Any]:
+        value = self.cleaned_data["audience_params"]
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Audience parameters must be a JSON object.")
+        return value
+
+    def clean_seed_list(self) -> list[str]:
+        value = self.cleaned_data["seed_list"]
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+            raise forms.ValidationError("The seed list must be a JSON list of addresses.")
+        return value
+
+    def clean_seed_context(self) -> dict[str, Any]:
+        value = self.cleaned_data["seed_context"]
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise forms.ValidationError("The seed context must be a JSON object.")
+        return value
+
+
 class ReasonForm(forms.Form):
     reason = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 2}),
@@ -79,6 +112,7 @@ class ReasonForm(forms.Form):
 
 @admin.register(SendBatch)
 class SendBatchAdmin(admin.ModelAdmin):
+    form = SendBatchForm
     list_display = [
         "name",
         "status",
@@ -124,6 +158,14 @@ class SendBatchAdmin(admin.ModelAdmin):
         if not change:
             obj.owner = request.user
         super().save_model(request, obj, form, change)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        paused = paused_scopes()
+        if request.method == "GET" and paused.covers(
+            queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK
+        ):
+            paused_banner(request, paused)
+        return super().changelist_view(request, extra_context)
 
     # -- display ----------------------------------------------------------------
 
@@ -227,8 +269,10 @@ class SendBatchAdmin(admin.ModelAdmin):
         )
 
     def undo_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
         batch = get_object_or_404(self.get_queryset(request), pk=pk)
-        if request.method != "POST" or not self.has_change_permission(request, batch):
+        if not self.has_change_permission(request, batch):
             raise PermissionDenied
         outcome = batches.undo_batch(batch.pk, by=request.user)
         if outcome.cancelled:

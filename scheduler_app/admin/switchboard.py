@@ -88,6 +88,7 @@ class SwitchboardAdmin(admin.ModelAdmin):
         if (
             not self.has_change_permission(request)
             or (scope == "global" and not request.user.has_perm("scheduler_app.pause_everything"))
+            or (scope == "batch" and not request.user.has_perm("scheduler_app.change_sendbatch"))
             or (
                 scope == "batch"
                 and action == "resume"
@@ -108,15 +109,23 @@ class SwitchboardAdmin(admin.ModelAdmin):
             return HttpResponseRedirect(request.path)
         what = "everything" if scope == "global" else "%s %s" % (scope, target)
         if changed:
-            messages.success(request, "%s: %sd." % (what.capitalize(), action))
+            messages.success(request, "%s: %sd." % (what[:1].upper() + what[1:], action))
         else:
             messages.warning(
-                request, "%s was already %sd; nothing changed." % (what.capitalize(), action)
+                request,
+                "%s was already %sd; nothing changed." % (what[:1].upper() + what[1:], action),
             )
         return HttpResponseRedirect(request.path)
 
     def _switch_batch(self, request: HttpRequest, target: str, action: str, reason: str) -> bool:
-        batch_id = int(target)
-        if action == "pause":
-            return batches.pause_batch(batch_id, by=request.user, reason=reason)
-        return batches.resume_batch(batch_id, by=request.user)
+        batch = SendBatch.objects.filter(pk=int(target)).first() if target.isdigit() else None
+        if batch is None:
+            raise SchedulerError("Send batch %r does not exist." % target)
+        if action == "resume":
+            return batches.resume_batch(batch.pk, by=request.user)
+        if batches.pause_batch(batch.pk, by=request.user, reason=reason):
+            return True
+        batch.refresh_from_db(fields=["status"])
+        if batch.status == SendBatch.Status.PAUSED:
+            return False  # reported as "was already paused"
+        raise SchedulerError("Send batch %s was not paused: it is %s." % (batch.pk, batch.status))

@@ -86,6 +86,11 @@ def get_audience(name: str, params: Mapping[str, Any]) -> AudienceQuery:
         raise ValidationError(
             "Unknown audience %r; registered: %s." % (name, ", ".join(sorted(_sources)) or "none")
         ) from None
+    if not isinstance(params, Mapping):
+        raise ValidationError(
+            "Audience %r needs its parameters as a JSON object, not %s."
+            % (name, type(params).__name__)
+        )
     try:
         query = source(params)
     except (KeyError, TypeError, ValueError) as exc:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.db import IntegrityError
 
 from scheduler_app.models import ControlEvent, Job, SendBatch
 from scheduler_app.sends.batches import schedule_batch
@@ -471,15 +470,7 @@ def test_batch_list_shows_progress_and_counts(admin, make_batch):
 
 # -- bad input that must not become a 500 ---------------------------------------------------
 
-BLANK_JSON_500 = pytest.mark.xfail(
-    strict=True,
-    raises=IntegrityError,
-    reason="Blank JSON fields reach the NOT NULL column as NULL: IntegrityError, a 500 "
-    "(fix: SendBatchForm.clean_<field> in scheduler_app/admin/sends.py, see the report).",
-)
 
-
-@BLANK_JSON_500
 def test_add_form_with_blank_json_fields_saves_them_empty(admin):
     response = admin.post(
         "/admin/scheduler_app/sendbatch/add/",
@@ -503,11 +494,6 @@ def test_add_form_with_blank_json_fields_saves_them_empty(admin):
     assert (batch.audience_params, batch.seed_list, batch.seed_context) == ({}, [], {})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="audience_params that is not a JSON object is accepted by the form "
-    "(fix: SendBatchForm.clean_audience_params, see the report).",
-)
 def test_audience_params_must_be_a_json_object(admin, make_batch):
     batch = make_batch()
     data = form_data(admin.get(change("sendbatch", batch.pk)))
@@ -520,12 +506,6 @@ def test_audience_params_must_be_a_json_object(admin, make_batch):
     assert SendBatch.objects.get(pk=batch.pk).audience_params == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="get_audience() lets the source's AttributeError on non-object params escape: the "
-    "dry-run action is a 500 (fix: scheduler_app/sends/audience.py, see the report).",
-)
 def test_dry_run_of_a_batch_whose_audience_params_are_not_an_object_fails_clearly(
     admin, make_batch
 ):
@@ -550,11 +530,6 @@ def test_dry_run_of_an_unknown_audience_fails_clearly(admin, make_batch):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="The send batch list does not show kill switches that stop sends "
-    "(fix: SendBatchAdmin.changelist_view, see the report).",
-)
 def test_a_kill_switch_that_stops_sends_shows_on_the_batch_list(admin, superuser, make_batch):
     from scheduler_app import controls
 

@@ -238,11 +238,6 @@ def _rows(response):
         yield job, html[start:end]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Pausing a finished batch from the switchboard says it 'was already paused' "
-    "(fix: SwitchboardAdmin._switch_batch, see the report).",
-)
 def test_switchboard_pause_of_a_completed_batch_says_why_it_was_not_paused(admin, make_batch):
     batch = make_batch(status=SendBatch.Status.COMPLETED)
     response = switch(admin, "batch", str(batch.pk), reason="Too late?")
@@ -252,11 +247,6 @@ def test_switchboard_pause_of_a_completed_batch_says_why_it_was_not_paused(admin
     assert SendBatch.objects.get(pk=batch.pk).status == SendBatch.Status.COMPLETED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A batch target that is not a number or not a batch gives Python's own error text "
-    "(fix: SwitchboardAdmin._switch_batch, see the report).",
-)
 @pytest.mark.parametrize(
     ("target", "action", "message"),
     [
@@ -271,11 +261,6 @@ def test_switchboard_names_a_missing_batch_clearly(admin, target, action, messag
     assert events() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="str.capitalize() lower-cases the rest of the message: 'Task tests.camelcase' "
-    "(fix: SwitchboardAdmin._switch, see the report).",
-)
 def test_switch_messages_keep_the_case_of_the_name(admin):
     response = switch(admin, "task", "tests.CamelCase", reason="x")
     assert messages_of(response) == [("success", "Task tests.CamelCase: paused.")]
