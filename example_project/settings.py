@@ -87,6 +87,14 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="demo@example.com")
 
 SCHEDULER_APP = {
     "QUEUES": ["default", "emails", "slow"],
+    "SCHEDULES": {
+        # Every 2 minutes in London time; see it under Schedules in the admin.
+        "demo-cleanup": {
+            "task": "demo.cleanup",
+            "cron": "*/2 * * * *",
+            "timezone": "Europe/London",
+        },
+    },
 }
 
 LOGGING = {

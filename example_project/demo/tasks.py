@@ -13,6 +13,7 @@ import time
 from django.core.mail import EmailMessage
 
 from scheduler_app import RetryPolicy, task
+from scheduler_app.sends.audience import AudienceQuery, audience
 
 logger = logging.getLogger(__name__)
 
@@ -68,3 +69,23 @@ def slow(job):
     seconds = float(job.payload.get("seconds", 5))
     time.sleep(seconds)
     logger.info("demo slow job done job=%s slept=%s", job.job_id, seconds)
+
+
+@task(name="demo.cleanup")
+def cleanup(job):
+    """A recurring job: report what a cleanup up to its occurrence time would delete."""
+    logger.info("demo cleanup job=%s cutoff=%s", job.job_id, job.scheduled_for.isoformat())
+
+
+@audience("demo.subscribers")
+def subscribers(params):
+    """Every demo subscriber; used by the "Welcome newsletter" batch seed_demo creates."""
+    from example_project.demo.models import Subscriber
+
+    return AudienceQuery(
+        queryset=Subscriber.objects.all(),
+        key="id",
+        address="email",
+        timezone="timezone",
+        context={"first_name": "first_name"},
+    )

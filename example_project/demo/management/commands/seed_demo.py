@@ -5,9 +5,10 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from example_project.demo.models import Subscriber
 from example_project.demo.tasks import flaky, send_email, slow
 from scheduler_app import JobRequest, schedule_many
-from scheduler_app.models import Job
+from scheduler_app.models import Job, SendBatch
 
 LATER = 60
 
@@ -54,10 +55,35 @@ class Command(BaseCommand):
             already = Job.objects.unfinished().filter(unique_key__in=keys).count()
             for demo_task, requests in plans.items():
                 schedule_many(demo_task, requests)
+        self._seed_newsletter()
         due_now = sum(r.delay is None for requests in plans.values() for r in requests)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Demo jobs: {len(keys)} ({due_now} due now, {len(keys) - due_now} in {LATER}s); "
                 f"{len(keys) - already} new, {already} already pending."
             )
+        )
+
+    def _seed_newsletter(self):
+        """Subscribers and a draft batch to dry-run, seed-send and schedule from the admin."""
+        zones = ["Europe/London", "America/New_York", "Pacific/Auckland", "Asia/Tokyo"]
+        for n in range(1, 41):
+            Subscriber.objects.get_or_create(
+                email="subscriber%s@example.com" % n,
+                defaults={
+                    "first_name": "" if n % 10 == 0 else "Reader %s" % n,
+                    "timezone": zones[n % len(zones)],
+                },
+            )
+        SendBatch.objects.get_or_create(
+            name="Welcome newsletter",
+            defaults={
+                "subject_template": "Welcome, {{ first_name|default:'reader' }}",
+                "text_template": "Hello {{ first_name|default:'there' }},\n\n"
+                "thanks for subscribing to the scheduler_app demo.",
+                "audience": "demo.subscribers",
+                "expected_max_audience": 100,
+                "seed_list": ["seed@example.com"],
+                "seed_context": {"first_name": "Seed"},
+            },
         )
