@@ -12,34 +12,32 @@ from scheduler_app.models import Job
 
 
 @extend_schema_serializer(component_name="SchedulerJob")
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(serializers.Serializer):
     """A job as its owner sees it (no errors or results: those stay with operators)."""
 
+    # Declared, not a ModelSerializer: that one inspects the model on every
+    # instantiation, which costs the undo endpoint about as much as a query.
+    id = serializers.IntegerField(read_only=True)
     task = serializers.CharField(source="task_name", read_only=True)
+    queue = serializers.CharField(read_only=True)
+    status = serializers.ChoiceField(choices=Job.Status.choices, read_only=True)
+    payload = serializers.JSONField(read_only=True)
+    payload_version = serializers.IntegerField(read_only=True)
+    priority = serializers.IntegerField(read_only=True, help_text="Lower runs first.")
     owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
-
-    class Meta:
-        model = Job
-        fields = [
-            "id",
-            "task",
-            "queue",
-            "status",
-            "payload",
-            "payload_version",
-            "priority",
-            "owner",
-            "created_at",
-            "scheduled_for",
-            "run_at",
-            "undo_deadline",
-            "started_at",
-            "finished_at",
-            "cancelled_at",
-            "attempts",
-            "max_attempts",
-        ]
-        read_only_fields = fields
+    created_at = serializers.DateTimeField(read_only=True)
+    scheduled_for = serializers.DateTimeField(read_only=True)
+    run_at = serializers.DateTimeField(read_only=True, help_text="When the next attempt may start.")
+    undo_deadline = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="Undo (POST .../undo/) works only before this time; null: no undo window.",
+    )
+    started_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    cancelled_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    attempts = serializers.IntegerField(read_only=True)
+    max_attempts = serializers.IntegerField(read_only=True)
 
 
 @extend_schema_serializer(component_name="SchedulerJobFilters")
