@@ -21,6 +21,8 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import math
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -56,6 +58,11 @@ RECIPIENT_RETRY = RetryPolicy(base=dt.timedelta(seconds=30), cap=dt.timedelta(ho
 #: A lane waits (without using attempts) while paused or until local delivery times.
 LANE_RETRY = RetryPolicy(retry_later_budget=dt.timedelta(days=30))
 PAUSED_RECHECK = dt.timedelta(seconds=2)
+#: Seconds between a lane's looks at pause/cancel and the kill switches inside a chunk.
+HALT_RECHECK = 1.0
+#: A lane hands back the rest of its chunk this long before the chunk's claim expires,
+#: so it never calls the provider for a recipient another worker may have claimed.
+CLAIM_MARGIN = dt.timedelta(seconds=1)
 
 Status = Recipient.Status
 
@@ -101,7 +108,11 @@ def run_lane(batch_id: int, *, claim: str, should_stop: Callable[[], bool]) -> d
         _fail_batch(batch, "The template does not compile: %s" % exc)
         return {}
     provider = get_provider(batch.provider)
-    breaker = collections.deque(maxlen=batch.breaker_window or app_settings.BREAKER_WINDOW)
+    # The batch's window is shared by its lanes, so the batch trips after about N attempts.
+    window = batch.breaker_window or app_settings.BREAKER_WINDOW
+    breaker: collections.deque[bool] = collections.deque(
+        maxlen=max(1, math.ceil(window / app_settings.SEND_LANES))
+    )
     threshold = batch.breaker_threshold or app_settings.BREAKER_THRESHOLD
     counts: collections.Counter[str] = collections.Counter()
     unlogged = 0
@@ -117,16 +128,21 @@ def run_lane(batch_id: int, *, claim: str, should_stop: Callable[[], bool]) -> d
             raise RetryLater(delay=PAUSED_RECHECK, reason="sends are paused by a kill switch")
         size = limiter.chunk_size_for(batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE)
         now = clock.now()
+        until = now + dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS)
         rows = backend().claim_recipients(
-            batch_id=batch_id,
-            claim=claim,
-            limit=size,
-            now=now,
-            until=now + dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS),
+            batch_id=batch_id, claim=claim, limit=size, now=now, until=until
         )
         if not rows:
             return _finish_lane(batch, counts)
-        outcomes = _send_chunk(batch, template, provider, rows, should_stop)
+        outcomes = _send_chunk(
+            batch,
+            template,
+            provider,
+            rows,
+            should_stop,
+            send_by=until - CLAIM_MARGIN,
+            halted=_halt_check(batch_id),
+        )
         kept = _record(batch_id, claim, outcomes)
         counts.update(kept)
         unlogged += sum(kept[s] for s in (Status.SENT, Status.FAILED, Status.SKIPPED))
@@ -184,13 +200,24 @@ def _send_chunk(
     provider: Provider,
     rows: list[tuple],
     should_stop: Callable[[], bool],
+    *,
+    send_by: dt.datetime,
+    halted: Callable[[], str],
 ) -> list[Outcome]:
-    granted = limiter.acquire(batch.rate_limit_key, len(rows), should_stop=should_stop)
-    suppressed = _suppressed([row[2] for row in rows[:granted]], batch)
+    """Send a claimed chunk, one limiter token per call; hand back what must not be sent now.
+
+    Before each call: stop if the claim is about to expire, the batch was
+    paused or cancelled, a kill switch covers sends, or the worker stops.
+    """
+    limited = limiter.is_limited(batch.rate_limit_key)
+    suppressed = _suppressed([row[2] for row in rows], batch)
     outcomes: list[Outcome] = []
     slow_down: SlowDown | None = None
-    for index, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
-        if index >= granted or slow_down is not None:
+    halt = ""
+    for recipient_id, key, address, _tz, context, attempts in rows:
+        if not halt and slow_down is None:
+            halt = _why_halt(send_by, halted, should_stop)
+        if halt or slow_down is not None:
             # Not sent: hand it back as it was (no attempt used).
             delay = slow_down.delay if slow_down else dt.timedelta(0)
             outcomes.append(
@@ -211,6 +238,12 @@ def _send_chunk(
         except RenderError as exc:
             outcomes.append(Outcome(recipient_id, Status.FAILED, error=str(exc)))
             continue
+        if limited and not limiter.wait_for_token(batch.rate_limit_key, should_stop=should_stop):
+            halt = "worker stopping"
+            outcomes.append(
+                Outcome(recipient_id, Status.PENDING, refund=1, next_attempt_at=clock.now())
+            )
+            continue
         try:
             outcomes.append(
                 _deliver(provider, message, "%s:%s" % (batch.pk, key), recipient_id, attempts)
@@ -226,7 +259,39 @@ def _send_chunk(
                     error=str(exc),
                 )
             )
+    if halt:
+        logger.info("chunk handed back batch=%s reason=%s", batch.pk, halt)
     return outcomes
+
+
+def _why_halt(
+    send_by: dt.datetime, halted: Callable[[], str], should_stop: Callable[[], bool]
+) -> str:
+    """Return why the rest of a chunk must not be sent now, or ''."""
+    if clock.now() >= send_by:
+        return "claim about to expire"
+    if should_stop():
+        return "worker stopping"
+    return halted()
+
+
+def _halt_check(batch_id: int) -> Callable[[], str]:
+    """Return a function saying why the lane must stop ('' to go on), looking once a second."""
+    next_look = time.monotonic() + HALT_RECHECK
+
+    def check() -> str:
+        nonlocal next_look
+        if time.monotonic() < next_look:
+            return ""
+        next_look = time.monotonic() + HALT_RECHECK
+        status = SendBatch.objects.filter(pk=batch_id).values_list("status", flat=True).first()
+        if status != SendBatch.Status.SENDING:
+            return "batch is %s" % status
+        if paused_scopes().covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
+            return "sends are paused by a kill switch"
+        return ""
+
+    return check
 
 
 def _deliver(

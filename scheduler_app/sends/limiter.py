@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import transaction
@@ -30,7 +31,7 @@ def take(key: str, wanted: int) -> tuple[int, float]:
             return wanted, 0.0
         elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
         tokens = min(bucket.burst, bucket.tokens + elapsed * bucket.rate)
-        granted = min(wanted, math.floor(tokens))
+        granted = max(0, min(wanted, math.floor(tokens)))
         tokens -= granted
         RateLimit.objects.filter(pk=bucket.pk).update(tokens=tokens, updated_at=now)
     wait = 0.0 if granted == wanted else (1 - tokens) / bucket.rate
@@ -55,6 +56,44 @@ def acquire(
                 break
             sleep(min(max(wait, 0.001), MAX_WAIT))
     return got
+
+
+def reserve(key: str, wanted: int = 1) -> float:
+    """Reserve ``wanted`` tokens now; return the seconds to wait before using them.
+
+    The bucket may go into debt, so callers queue in the order they reserved
+    and the rate holds however late a sleeping worker wakes up.
+    """
+    now = clock.now()
+    with transaction.atomic():
+        bucket = RateLimit.objects.select_for_update().filter(key=key).first()
+        if bucket is None or bucket.rate <= 0:
+            return 0.0
+        elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
+        tokens = min(bucket.burst, bucket.tokens + elapsed * bucket.rate) - wanted
+        RateLimit.objects.filter(pk=bucket.pk).update(tokens=tokens, updated_at=now)
+    return max(0.0, -tokens / bucket.rate)
+
+
+def wait_for_token(
+    key: str,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    sleep: Callable[[float], object] | None = None,
+) -> bool:
+    """Reserve one token and wait for its turn; False if ``should_stop()`` cut the wait short."""
+    sleep = sleep or threading.Event().wait
+    deadline = time.monotonic() + reserve(key)
+    while (left := deadline - time.monotonic()) > 0:
+        if should_stop():
+            return False
+        sleep(min(left, MAX_WAIT))
+    return True
+
+
+def is_limited(key: str) -> bool:
+    """Return True if ``key`` has a rate (else sends are not throttled)."""
+    return RateLimit.objects.filter(key=key, rate__gt=0).exists()
 
 
 def set_rate(key: str, rate: float, *, burst: float | None = None) -> RateLimit:

@@ -29,7 +29,7 @@ LANES = 2
 
 
 class GuaranteeBroken(AssertionError):
-    """The failure an xfail test expects, so a setup timeout is never mistaken for it."""
+    """A send guarantee did not hold (kept apart from setup failures such as timeouts)."""
 
 
 def check(condition: object, message: str) -> None:

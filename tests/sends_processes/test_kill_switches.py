@@ -17,7 +17,6 @@ from tests.helpers import wait_until
 from tests.sends_processes.conftest import (
     CHUNK,
     LANES,
-    GuaranteeBroken,
     assert_completed_once,
     assert_stays,
     batch_status,
@@ -145,17 +144,7 @@ def test_global_kill_switch_stops_a_running_send_within_two_seconds_and_resume_c
     [
         20,
         CHUNK,
-        pytest.param(
-            3 * CHUNK,
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=GuaranteeBroken,
-                reason=(
-                    "dispatch.run_lane keeps one breaker window per lane: with 2 lanes the "
-                    "batch makes about 2 x N failing calls before either lane's window is full"
-                ),
-            ),
-        ),
+        3 * CHUNK,
     ],
 )
 def test_provider_failing_every_call_trips_the_breaker_within_its_window(send_worker, window):
@@ -197,15 +186,6 @@ def test_provider_failing_every_call_trips_the_breaker_within_its_window(send_wo
     print("\nbreaker window=%s: provider calls=%s (bound %s)" % (window, calls, window + IN_FLIGHT))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=GuaranteeBroken,
-    reason=(
-        "dispatch.run_lane checks the batch status and the kill switches only between "
-        "chunks: a chunk of SEND_CHUNK_SIZE calls to a provider taking 50 ms each runs on "
-        "for about 5 s after a pause"
-    ),
-)
 def test_pause_takes_effect_within_two_seconds_with_a_slow_provider(send_worker):
     """A provider taking 50 ms a call: pausing just after a chunk started stops calls within 2 s."""
     ProviderBehaviour.objects.create(delay=0.05)

@@ -10,7 +10,7 @@ from django.db.models import Min
 from scheduler_app.sends.batches import cancel_batch
 from scheduler_app.sends.limiter import set_rate
 from tests.helpers import wait_until
-from tests.sends_processes.conftest import GuaranteeBroken, check, lanes_unfinished, make_batch
+from tests.sends_processes.conftest import check, lanes_unfinished, make_batch
 from tests.testapp.models import ProviderCall
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -69,14 +69,6 @@ def test_limiter_holds_its_rate_across_two_worker_processes(send_worker):
     assert RATE * 0.8 <= rate <= RATE * 1.2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=GuaranteeBroken,
-    reason=(
-        "dispatch._send_chunk takes a chunk's tokens first, then makes the chunk's calls "
-        "back to back: bursts of up to `rate` calls, whatever the limit's burst says"
-    ),
-)
 def test_limiter_spaces_calls_as_its_burst_allows(send_worker):
     """With burst 1, any 20 consecutive calls span at least 19/rate seconds (less 80 ms slack)."""
     times, _ = send_at_limited_rate(send_worker)

@@ -10,7 +10,6 @@ from django.utils import timezone
 from scheduler_app.models import Recipient, SendBatch
 from tests.helpers import wait_until
 from tests.sends_processes.conftest import (
-    GuaranteeBroken,
     assert_completed_once,
     batch_status,
     call_count,
@@ -45,15 +44,6 @@ def test_two_workers_on_one_batch_never_send_to_the_same_recipient(send_worker):
     assert senders == {w.pid for w in workers}, "the workers did not share the send"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=GuaranteeBroken,
-    reason=(
-        "dispatch._send_chunk keeps sending its chunk after the claim expired: a worker "
-        "that stalls past SEND_CLAIM_SECONDS re-sends recipients another worker already "
-        "sent and marked (guarantee 4)"
-    ),
-)
 def test_worker_stalled_past_its_claim_does_not_send_what_another_worker_sent(send_worker):
     """A worker frozen mid-chunk past its claim, then thawed, sends no recipient marked sent.
 
