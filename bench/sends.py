@@ -1,0 +1,842 @@
+#!/usr/bin/env python
+"""Bulk-send benchmarks: freezing a large audience, and delivering a batch end to end.
+
+Run from the repository root::
+
+    python bench/sends.py
+
+It drops and re-creates its own PostgreSQL database (``bench_sends`` unless
+BENCH_DATABASE_URL names another), creates scheduler_app's tables (migrate)
+and the test app's (``--run-syncdb``), fills ``testapp_customer`` with
+BENCH_AUDIENCE rows in one INSERT ... SELECT generate_series, and measures:
+
+(a) freeze: scheduler_app.sends.audience.freeze() of the whole
+    "tests.customers" audience (BENCH_AUDIENCE rows) into Recipient, in one
+    transaction; the time includes the commit. freeze_rows_s = rows / freeze_s.
+(b) send: BENCH_WORKERS (2) real ``runworker`` subprocesses are started and
+    waited for (their "worker started" line and their LISTEN connection).
+    A batch of the first BENCH_RECIPIENTS customers (plan "send"), provider
+    "noop", is scheduled with schedule_batch() (checklist relaxed: no dry-run
+    of a 100,000-row audience here); its commit is t0. The lanes freeze the
+    audience, then claim chunks, render, call the provider and write the
+    markers and counters. send_recipients_s = recipients / (the batch's
+    finished_at - t0): end to end, the lanes' own freeze included.
+
+Duplicates: a recipient is marked sent at most once per batch by
+construction (UNIQUE (batch, recipient_key), and the mark is fenced by the
+claim), so the bench counts provider-level repeats instead. The noop
+provider records nothing, but every claim of a recipient adds one to its
+``attempts`` right before the provider call, and the noop provider never
+fails or defers (and no rate limit is set, so no claim is handed back), so
+``sum(attempts) - count(*)`` over the sent markers is exactly the number of
+provider calls beyond one per recipient.
+
+Workers run ``runworker`` through this script (``python bench/sends.py
+runworker ...``), which applies BENCH_SEND_CHUNK to SCHEDULER_APP's
+SEND_CHUNK_SIZE before Django reads tests.settings (that file does not read
+it from the environment); BENCH_SEND_LANES is applied in this process, which
+enqueues the lanes.
+
+The suppression check of tests.settings (tests.testapp.sending.suppressed)
+runs on every chunk, as in production: it looks customers up by email, so
+the bench indexes testapp_customer.email, as a project would.
+
+Environment: BENCH_AUDIENCE (1000000), BENCH_RECIPIENTS (100000),
+BENCH_WORKERS (2), BENCH_SEND_LANES (2), BENCH_SEND_CHUNK (100),
+BENCH_CONCURRENCY (runworker --concurrency; default lanes / workers, at
+least 1), BENCH_DATABASE_URL, BENCH_PROFILE (a directory: record the send's
+workers with py-spy and print their hot spots; perturbs the figures),
+BENCH_RESULTS (default bench/results-sends.md), BENCH_LABEL (a note on
+what was measured, e.g. a patched copy, written into the results section),
+BENCH_HISTORY (1: keep the freeze's BENCH_AUDIENCE rows as a past send's
+sent markers, so that the send runs on a table with history whose
+statistics do not know the new batch, as in production; default: the
+recipient table is emptied before the send).
+
+A dated section is appended to the results file; the last stdout line is
+``freeze_rows_s=<n> freeze_s=<n> send_recipients_s=<n> duplicates=<n>``.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_sends"
+POLL = 0.020
+SEND_TIMEOUT = 1800.0
+RELAX_ALL = (
+    "audience_within_limit",
+    "dry_run_clean",
+    "seed_sent",
+    "schedule_unambiguous",
+    "no_other_large_batch",
+)
+
+
+def env_int(name: str, default: int) -> int:
+    value = int(os.environ.get(name, default))
+    if value < 1:
+        raise SystemExit("%s must be at least 1" % name)
+    return value
+
+
+# -- the worker entry point (python bench/sends.py runworker ...) ---------------------
+
+
+def run_worker_command(args: list[str]) -> None:
+    """Run ``manage.py runworker`` with BENCH_SEND_CHUNK applied to tests.settings."""
+    sys.path.insert(0, str(REPO))
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    import tests.settings
+
+    if os.environ.get("BENCH_SEND_CHUNK"):
+        tests.settings.SCHEDULER_APP["SEND_CHUNK_SIZE"] = int(os.environ["BENCH_SEND_CHUNK"])
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(["manage.py", "runworker", *args])
+
+
+# -- database set-up -------------------------------------------------------------------
+
+
+def recreate_database(url: str) -> None:
+    """DROP and CREATE the database ``url`` names, through the ``postgres`` database."""
+    import psycopg
+    from psycopg import sql
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if not name or name in ("postgres", "template0", "template1"):
+        raise SystemExit("refusing to drop database %r" % name)
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def setup_django(url: str, lanes: int) -> None:
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    os.environ.setdefault("LOG_LEVEL", "WARNING")  # this process's own scheduler_app logs
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+
+    django.setup()
+    # The lanes are enqueued by this process (schedule_batch), so SEND_LANES applies here.
+    from django.test.utils import override_settings
+
+    override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "SEND_LANES": lanes}).enable()
+    call_command("migrate", run_syncdb=True, verbosity=0, interactive=False)
+
+
+def populate(audience: int, recipients: int) -> float:
+    """Insert ``audience`` customers (the first ``recipients`` on plan "send"); return seconds."""
+    from django.db import connection
+
+    from tests.testapp.models import Customer
+
+    table = Customer._meta.db_table
+    zones = "ARRAY['Europe/Paris','America/New_York','Asia/Tokyo','Pacific/Auckland','']"
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO %s (email, first_name, plan, tz, unsubscribed) "
+            "SELECT 'customer' || g || '@example.com', 'Name' || g, "
+            "       CASE WHEN g <= %%s THEN 'send' ELSE 'free' END, "
+            "       (%s)[1 + mod(g, 5)], false "
+            "FROM generate_series(1, %%s) AS g" % (table, zones),
+            [recipients, audience],
+        )
+        # The suppression check looks customers up by email, for every chunk.
+        cursor.execute("CREATE INDEX bench_customer_email ON %s (email)" % table)
+        cursor.execute("VACUUM ANALYZE %s" % table)
+    return time.perf_counter() - started
+
+
+# -- (a) freeze ----------------------------------------------------------------------------
+
+
+def bench_freeze(audience: int, *, history: bool) -> dict:
+    from django.db import connection, transaction
+
+    from scheduler_app import clock
+    from scheduler_app.models import Recipient, SendBatch
+    from scheduler_app.sends.audience import freeze, get_audience
+
+    batch = SendBatch.objects.create(
+        name="bench freeze",
+        subject_template="News",
+        text_template="Hi {{ first_name|default:'there' }}",
+        audience="tests.customers",
+        expected_max_audience=audience,
+        provider="noop",
+        rate_limit_key="noop",
+    )
+    query = get_audience(batch.audience, batch.audience_params)
+    started = time.perf_counter()
+    with transaction.atomic():
+        rows = freeze(batch.pk, query, next_attempt_at=clock.now())
+    elapsed = time.perf_counter() - started
+    if rows != audience:
+        raise SystemExit("the freeze inserted %s rows, not %s" % (rows, audience))
+    table = Recipient._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_total_relation_size(%s)", [table])
+        size = cursor.fetchone()[0]
+        if history:
+            # Keep the frozen rows as a past send's markers: the send then runs on a table
+            # with history whose statistics know nothing of the new batch, as in production.
+            cursor.execute(
+                "UPDATE %s SET status = 'sent', attempts = 1, sent_at = now() "
+                "WHERE batch_id = %%s" % table,
+                [batch.pk],
+            )
+            SendBatch.objects.filter(pk=batch.pk).update(
+                status=SendBatch.Status.COMPLETED, total=rows, sent=rows
+            )
+        else:
+            # The send is measured on its own: an empty recipient table.
+            cursor.execute("TRUNCATE %s" % table)
+        cursor.execute("VACUUM ANALYZE %s" % table)
+    if not history:
+        SendBatch.objects.filter(pk=batch.pk).delete()
+    return {
+        "rows": rows,
+        "freeze_s": elapsed,
+        "rows_s": rows / elapsed,
+        "table_mb": size / 1024 / 1024,
+    }
+
+
+# -- runworker subprocesses ------------------------------------------------------------------
+
+
+class WorkerProcess:
+    """A ``runworker`` subprocess (through this script) whose output a thread reads."""
+
+    def __init__(self, url: str, chunk: int, *args: str) -> None:
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "PYTHONUNBUFFERED": "1",
+            "BENCH_SEND_CHUNK": str(chunk),
+            # INFO: "worker started" (waited for) is an INFO line; per batch, the lanes log
+            # progress every PROGRESS_LOG_EVERY (1000) recipients, nothing per recipient.
+            "LOG_LEVEL": "INFO",
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "runworker", *args],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.pid = self.proc.pid
+        self.started = threading.Event()
+        self.lines: collections.deque[str] = collections.deque(maxlen=400)
+        #: When (wall clock) lines about a batch's start arrived: the lanes' freeze ends there.
+        self.marks: dict[str, dt.datetime] = {}
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            if "worker started" in line:
+                self.started.set()
+            for mark in ("audience frozen", "batch sending"):
+                if mark in line:
+                    self.marks.setdefault(mark, dt.datetime.now(dt.UTC))
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(2)
+
+
+def wait_ready(workers: list[WorkerProcess], timeout: float = 60.0) -> None:
+    """Wait for every worker's "worker started" line and its LISTEN connection."""
+    from django.db import connection
+
+    deadline = time.monotonic() + timeout
+    for worker in workers:
+        while not worker.started.wait(0.05):
+            if worker.proc.poll() is not None:
+                raise RuntimeError("worker %s exited early:\n%s" % (worker.pid, worker.output()))
+            if time.monotonic() > deadline:
+                raise RuntimeError("worker %s never started:\n%s" % (worker.pid, worker.output()))
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query ILIKE 'LISTEN %%'"
+            )
+            if cursor.fetchone()[0] >= len(workers):
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError("workers never LISTENed")
+        time.sleep(0.02)
+
+
+# -- CPU accounting --------------------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu(pid: int) -> float:
+    """Return user+system CPU seconds of process ``pid`` (all threads), 0 if gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def machine_cpu() -> tuple[float, float]:
+    """Return (busy, total) jiffies of the whole machine."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]
+    return sum(values[:8]) - idle, sum(values[:8])
+
+
+class BackendCpu:
+    """CPU used by this database's PostgreSQL backends (not the bench's own), sampled.
+
+    Workers' connections come and go, so the bench samples pg_stat_activity
+    while it polls: a backend first seen after start() started after it (its
+    CPU counts from 0); one that began and ended between two samples is
+    missed. Other databases on the server (other test runs) are not counted.
+    """
+
+    def __init__(self) -> None:
+        self.first: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.kind: dict[int, str] = {}
+
+    def _pids(self) -> list[int]:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid, backend_type FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            rows = cursor.fetchall()
+        self.kind.update(rows)
+        return [pid for pid, _ in rows]
+
+    def start(self) -> None:
+        for pid in self._pids():
+            self.first[pid] = self.last[pid] = process_cpu(pid)
+
+    def sample(self) -> None:
+        for pid in self._pids():
+            cpu = process_cpu(pid)
+            self.first.setdefault(pid, 0.0)
+            self.last[pid] = max(cpu, self.last.get(pid, 0.0))
+        for pid in list(self.last):  # still alive: read it again
+            cpu = process_cpu(pid)
+            if cpu:
+                self.last[pid] = max(cpu, self.last[pid])
+
+    def used(self, kind: str | None = None) -> float:
+        """Return CPU seconds used by the backends (of ``kind``, e.g. "autovacuum worker")."""
+        return sum(
+            self.last[pid] - self.first[pid]
+            for pid in self.last
+            if kind is None or self.kind.get(pid) == kind
+        )
+
+
+def transactions() -> int:
+    """Return the transactions committed or rolled back on this database so far."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        )
+        return cursor.fetchone()[0]
+
+
+# -- py-spy (BENCH_PROFILE) --------------------------------------------------------------------
+
+
+class Profiler:
+    """py-spy attached to a worker, writing collapsed stacks (raw format)."""
+
+    def __init__(self, pid: int, path: Path) -> None:
+        py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        self.path = path
+        self.proc = subprocess.Popen(
+            [
+                py_spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                "200",
+                "--format",
+                "raw",
+                "--nonblocking",
+                "--idle",  # a lane mostly waits for PostgreSQL: keep those samples
+                "--output",
+                str(path),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+#: Frames whose inclusive share says where a lane spends its time.
+LANE_FRAMES = [
+    ("run_lane (scheduler_app/sends/dispatch.py)", "run_lane (the lane, all of it)"),
+    ("claim_recipients (scheduler_app/db/postgresql.py)", "  claim_recipients: CLAIM chunk"),
+    ("_send_chunk (scheduler_app/sends/dispatch.py)", "  _send_chunk"),
+    ("acquire (scheduler_app/sends/limiter.py)", "    limiter.acquire"),
+    ("_suppressed (scheduler_app/sends/dispatch.py)", "    suppression check"),
+    ("MessageTemplate.render (scheduler_app/sends/rendering.py)", "    render"),
+    ("_deliver (scheduler_app/sends/dispatch.py)", "    provider call (noop)"),
+    ("_record (scheduler_app/sends/dispatch.py)", "  _record: markers + counters"),
+    ("mark_recipients (scheduler_app/db/postgresql.py)", "    mark_recipients: MARK chunk"),
+    ("paused_scopes (scheduler_app/controls.py)", "  paused_scopes (kill switches)"),
+    ("chunk_size_for (scheduler_app/sends/limiter.py)", "  chunk_size_for"),
+    ("Connection.wait (psycopg/connection.py)", "  (any) waiting for PostgreSQL"),
+]
+
+
+def _frame_name(frame: str) -> str:
+    frame = re.sub(r":\d+\)$", ")", frame)
+    return frame.replace(str(REPO) + "/", "").replace(sys.prefix + "/", "")
+
+
+def summarise_profile(path: Path, top: int = 14) -> str:
+    """Return where the sampled worker spent its time, in the threads that ran a lane."""
+    incl: collections.Counter[str] = collections.Counter()
+    leaf: collections.Counter[str] = collections.Counter()
+    total = 0
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return "%s: no profile (%s)\n" % (path.name, exc)
+    for line in text.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit():
+            continue
+        frames = [_frame_name(f) for f in stack.split(";")]
+        if not any(f.startswith("run_lane ") for f in frames):
+            continue  # the claim loop, listener, heartbeat: not the send
+        count = int(count_text)
+        total += count
+        leaf[frames[-1]] += count
+        for frame in set(frames):
+            incl[frame] += count
+    if not total:
+        return "%s: no samples in run_lane\n" % path.name
+    out = ["%s: %s samples in lanes (%.1f s at 200 Hz)" % (path.name, total, total / 200)]
+    for frame, label in LANE_FRAMES:
+        out.append("    %5.1f%%  %s" % (100 * incl[frame] / total, label))
+    out.append("  leaf frames:")
+    for frame, n in leaf.most_common(top):
+        out.append("    %5.1f%%  %s" % (100 * n / total, frame))
+    return "\n".join(out) + "\n"
+
+
+# -- (b) send -------------------------------------------------------------------------------------
+
+
+def bench_send(
+    url: str,
+    recipients: int,
+    n_workers: int,
+    concurrency: int,
+    chunk: int,
+    profile_dir: Path | None,
+) -> dict:
+    from django.db import connection, transaction
+    from django.db.models import Count, Sum
+
+    from scheduler_app import clock
+    from scheduler_app.models import Recipient, SendBatch
+    from scheduler_app.sends.batches import schedule_batch
+
+    workers = [
+        WorkerProcess(url, chunk, "--concurrency", str(concurrency)) for _ in range(n_workers)
+    ]
+    profilers: list[Profiler] = []
+    try:
+        wait_ready(workers)
+        batch = SendBatch.objects.create(
+            name="bench send",
+            subject_template="News for {{ first_name|default:'you' }}",
+            text_template="Hi {{ first_name|default:'there' }}, here is the news for {{ plan }}.",
+            audience="tests.customers",
+            audience_params={"plan": "send"},
+            expected_max_audience=recipients,
+            provider="noop",
+            rate_limit_key="noop",
+            scheduled_at=clock.now() - dt.timedelta(seconds=1),
+            timezone="UTC",
+        )
+        if profile_dir:
+            profile_dir.mkdir(parents=True, exist_ok=True)
+            profilers = [Profiler(w.pid, profile_dir / ("send-%s.txt" % w.pid)) for w in workers]
+            time.sleep(1.0)  # let py-spy attach
+        backends = BackendCpu()
+        backends.start()
+        x0 = transactions()
+        w0 = sum(process_cpu(w.pid) for w in workers)
+        m0 = machine_cpu()
+        with transaction.atomic():
+            schedule_batch(batch, relax=RELAX_ALL)
+        t0 = dt.datetime.now(dt.UTC)
+        deadline = time.monotonic() + SEND_TIMEOUT
+        next_sample = time.monotonic()
+        while True:
+            state = SendBatch.objects.filter(pk=batch.pk).values("status", "sent").get()
+            if state["status"] in ("completed", "failed", "paused", "cancelled"):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError("the send did not finish: %s" % state)
+            for worker in workers:
+                if worker.proc.poll() is not None:
+                    raise RuntimeError("worker %s died:\n%s" % (worker.pid, worker.output()))
+            if time.monotonic() >= next_sample:
+                backends.sample()
+                next_sample = time.monotonic() + 0.25
+            time.sleep(POLL)
+        polled = dt.datetime.now(dt.UTC)
+        w1 = sum(process_cpu(w.pid) for w in workers)
+        backends.sample()
+        m1 = machine_cpu()
+        time.sleep(1.1)  # backends report their transaction counts at most once a second
+        statements = transactions() - x0
+    finally:
+        for profiler in profilers:
+            profiler.stop()
+        for worker in workers:
+            worker.stop()
+    batch.refresh_from_db()
+    if batch.status != "completed":
+        raise RuntimeError(
+            "the batch ended %s: %s\n%s"
+            % (batch.status, batch.status_reason, "\n".join(w.output() for w in workers))
+        )
+    markers = Recipient.objects.filter(batch=batch)
+    sent = markers.filter(status="sent").aggregate(
+        n=Count("id"), keys=Count("recipient_key", distinct=True), attempts=Sum("attempts")
+    )
+    if not (sent["n"] == sent["keys"] == batch.sent == batch.total == recipients):
+        raise RuntimeError("not every recipient was sent once: %s, batch %s" % (sent, batch.sent))
+    pg_cpu = backends.used()
+    autovacuum_cpu = backends.used("autovacuum worker")
+    elapsed = (batch.finished_at - t0).total_seconds()
+    # The lane that froze the audience logged "batch sending" right after (read on arrival).
+    frozen = min(w.marks["batch sending"] for w in workers if "batch sending" in w.marks)
+    lane_lines = [
+        line
+        for w in workers
+        for line in w.lines
+        if "batch " in line and "progress" not in line and "scheduled" not in line
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_total_relation_size(%s)", [Recipient._meta.db_table])
+        size = cursor.fetchone()[0]
+    return {
+        "recipients": recipients,
+        "elapsed_s": elapsed,
+        "recipients_s": recipients / elapsed,
+        "start_s": (frozen - t0).total_seconds(),
+        "sending_s": (batch.finished_at - frozen).total_seconds(),
+        "polled_s": (polled - t0).total_seconds(),
+        "duplicates": sent["attempts"] - sent["n"],
+        "worker_cpu_s": w1 - w0,
+        "backend_cpu_s": pg_cpu,
+        "autovacuum_cpu_s": autovacuum_cpu,
+        "machine_busy": (m1[0] - m0[0]) / max(m1[1] - m0[1], 1),
+        "statements": statements,
+        "cpu_bound_s": recipients / ((w1 - w0 + pg_cpu) / (os.cpu_count() or 1)),
+        "own_share": (w1 - w0 + pg_cpu) / ((os.cpu_count() or 1) * (polled - t0).total_seconds()),
+        "table_mb": size / 1024 / 1024,
+        "lane_lines": lane_lines,
+        "profiles": [p.path for p in profilers],
+    }
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+def machine_description() -> dict[str, str]:
+    import django
+    import psycopg
+    from django.db import connection
+
+    cpu = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem_kb = int(f.readline().split()[1])
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        pg = cursor.fetchone()[0]
+        cursor.execute("SHOW synchronous_commit")
+        sync = cursor.fetchone()[0]
+        cursor.execute("SHOW shared_buffers")
+        buffers = cursor.fetchone()[0]
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "scheduler_app"], cwd=REPO, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "ram": "%.1f GiB" % (mem_kb / 1024 / 1024),
+        "postgresql": "%s (synchronous_commit=%s, shared_buffers=%s, same machine)"
+        % (pg, sync, buffers),
+        "python": platform.python_version(),
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "git": (head or "not a git checkout")
+        + (" (scheduler_app has uncommitted changes)" if dirty else ""),
+        "load": "%.2f %.2f %.2f" % os.getloadavg(),
+    }
+
+
+def write_results(
+    path: Path,
+    when: dt.datetime,
+    params: dict,
+    machine: dict,
+    populate_s: float,
+    freeze: dict,
+    send: dict,
+    final: str,
+    profile_text: str,
+) -> None:
+    per_k = 1000 / send["recipients"]
+    lines = [
+        "",
+        "## %s — audience=%s recipients=%s workers=%s lanes=%s chunk=%s concurrency=%s%s"
+        % (
+            when.strftime("%Y-%m-%d %H:%M UTC"),
+            params["audience"],
+            params["recipients"],
+            params["workers"],
+            params["lanes"],
+            params["chunk"],
+            params["concurrency"],
+            " (PROFILED: py-spy attached, figures perturbed)" if params["profile"] else "",
+        )
+        + (" history=1" if params["history"] else ""),
+        "",
+        *(["Variant: %s" % params["label"], ""] if params["label"] else []),
+        "Machine: %s, %s cores, %s RAM; PostgreSQL %s; Python %s, Django %s, psycopg %s; "
+        "git %s; load average at start %s."
+        % (
+            machine["cpu"],
+            machine["cores"],
+            machine["ram"],
+            machine["postgresql"],
+            machine["python"],
+            machine["django"],
+            machine["psycopg"],
+            machine["git"],
+            machine["load"],
+        ),
+        "",
+        "| measure | result |",
+        "|---|---|",
+        "| (a) freeze of %s customers (one INSERT ... SELECT, commit included) | "
+        "**%.2f s, %.0f rows/s** (target < 10 s); recipient table %.0f MB after it; "
+        "populating the customers took %.1f s |"
+        % (
+            freeze["rows"],
+            freeze["freeze_s"],
+            freeze["rows_s"],
+            freeze["table_mb"],
+            populate_s,
+        ),
+        "| (b) send of %s recipients, noop provider, %s runworker processes | "
+        "**%.0f recipients/s** end to end (%.2f s from the schedule's commit to finished_at; "
+        "target ≥ 10,000/s) |"
+        % (send["recipients"], params["workers"], send["recipients_s"], send["elapsed_s"]),
+        "| (b) where the time went | %.2f s from the commit until a lane had frozen the "
+        'audience (pickup + freeze of %s rows; from its "batch sending" log line), '
+        "%.2f s sending |" % (send["start_s"], send["recipients"], send["sending_s"]),
+        "| (b) CPU during the send | workers %.2f s, their PostgreSQL backends %.2f s "
+        "(of which autovacuum %.2f s) "
+        "(%.1f ms + %.1f ms per 1000 recipients); machine %.0f%% busy; ~%s transactions |"
+        % (
+            send["worker_cpu_s"],
+            send["backend_cpu_s"],
+            send["autovacuum_cpu_s"],
+            send["worker_cpu_s"] * per_k * 1000,
+            send["backend_cpu_s"] * per_k * 1000,
+            send["machine_busy"] * 100,
+            send["statements"],
+        ),
+        "| (b) CPU-bound estimate | %.0f recipients/s: what %s cores would deliver if the "
+        "workers and PostgreSQL had them to themselves (recipients / ((worker + PostgreSQL CPU "
+        "s) / cores)); during this run they got %.0f%% of the machine |"
+        % (
+            send["cpu_bound_s"],
+            machine["cores"],
+            100 * send["own_share"],
+        ),
+        "| (b) duplicates | **%s** provider calls beyond one per recipient "
+        "(sum(attempts) - sent markers; every recipient has exactly one sent marker) |"
+        % send["duplicates"],
+        "",
+        "Final line: `%s`" % final,
+        "",
+    ]
+    if profile_text:
+        lines += [
+            "Profile of the send (py-spy, lane threads only):",
+            "",
+            "```",
+            profile_text,
+            "```",
+            "",
+        ]
+    if not path.exists():
+        path.write_text(
+            "# bench/sends.py results\n\nEach run appends a section; see the docstring of "
+            "bench/sends.py for what is measured and how.\n"
+        )
+    with path.open("a") as f:
+        f.write("\n".join(lines))
+
+
+def main() -> None:
+    audience = env_int("BENCH_AUDIENCE", 1_000_000)
+    recipients = env_int("BENCH_RECIPIENTS", 100_000)
+    if recipients > audience:
+        raise SystemExit("BENCH_RECIPIENTS must not exceed BENCH_AUDIENCE")
+    n_workers = env_int("BENCH_WORKERS", 2)
+    lanes = env_int("BENCH_SEND_LANES", 2)
+    chunk = env_int("BENCH_SEND_CHUNK", 100)
+    concurrency = env_int("BENCH_CONCURRENCY", max(1, -(-lanes // n_workers)))
+    url = os.environ.get("BENCH_DATABASE_URL") or DEFAULT_URL
+    profile = os.environ.get("BENCH_PROFILE")
+    profile_dir = Path(profile).resolve() if profile else None
+    results_path = Path(os.environ.get("BENCH_RESULTS") or REPO / "bench" / "results-sends.md")
+    history = os.environ.get("BENCH_HISTORY", "") not in ("", "0")
+    when = dt.datetime.now(dt.UTC)
+    params = {
+        "audience": audience,
+        "recipients": recipients,
+        "workers": n_workers,
+        "lanes": lanes,
+        "chunk": chunk,
+        "concurrency": concurrency,
+        "profile": bool(profile_dir),
+        "label": os.environ.get("BENCH_LABEL", ""),
+        "history": history,
+    }
+    print(
+        "bench/sends.py %s db=%s" % (" ".join("%s=%s" % kv for kv in params.items()), url),
+        flush=True,
+    )
+
+    recreate_database(url)
+    setup_django(url, lanes)
+    machine = machine_description()
+
+    populate_s = populate(audience, recipients)
+    print("populate: %s customers in %.1f s" % (audience, populate_s), flush=True)
+
+    freeze = bench_freeze(audience, history=history)
+    print(
+        "freeze: %s rows in %.2f s (%.0f rows/s)"
+        % (freeze["rows"], freeze["freeze_s"], freeze["rows_s"]),
+        flush=True,
+    )
+
+    send = bench_send(url, recipients, n_workers, concurrency, chunk, profile_dir)
+    print(
+        "send: %s recipients in %.2f s (%.0f/s; audience frozen after %.2f s; workers %.1f CPU s, "
+        "PostgreSQL %.1f CPU s (autovacuum %.1f), machine %.0f%% busy, ~%s transactions; "
+        "CPU-bound estimate %.0f/s)"
+        % (
+            send["recipients"],
+            send["elapsed_s"],
+            send["recipients_s"],
+            send["start_s"],
+            send["worker_cpu_s"],
+            send["backend_cpu_s"],
+            send["autovacuum_cpu_s"],
+            send["machine_busy"] * 100,
+            send["statements"],
+            send["cpu_bound_s"],
+        ),
+        flush=True,
+    )
+    profile_text = "".join(summarise_profile(path) for path in send["profiles"])
+    if profile_text:
+        print(profile_text, flush=True)
+
+    final = "freeze_rows_s=%.0f freeze_s=%.2f send_recipients_s=%.0f duplicates=%d" % (
+        freeze["rows_s"],
+        freeze["freeze_s"],
+        send["recipients_s"],
+        send["duplicates"],
+    )
+    write_results(
+        results_path, when, params, machine, populate_s, freeze, send, final, profile_text
+    )
+    print(final, flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["runworker"]:
+        run_worker_command(sys.argv[2:])
+    else:
+        main()
