@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 
@@ -84,7 +85,7 @@ def test_changing_the_rate_takes_effect_at_the_next_take(clock_):
 @pytest.mark.xfail(
     strict=True,
     reason="bug: set_rate changes the rate without settling the bucket, so time since the "
-    "last take() accrues at the new rate (a raise credits up to a full burst at once)",
+    "last take() or reserve() accrues at the new rate (a raise credits up to a full burst)",
 )
 def test_raising_the_rate_does_not_credit_the_past_at_the_new_rate(clock_):
     limiter.set_rate("esp", 1, burst=100)
@@ -148,3 +149,63 @@ def test_the_chunk_size_follows_the_rate(clock_):
     assert limiter.chunk_size_for("esp", 100) == 1
     limiter.set_rate("esp", 5000)
     assert limiter.chunk_size_for("esp", 100) == 100
+
+
+@pytest.mark.django_db
+def test_reserve_queues_callers_in_order_at_the_rate(clock_):
+    limiter.set_rate("esp", 10, burst=1)
+
+    # The bucket goes into debt: each caller waits one more token's time.
+    assert [limiter.reserve("esp") for _ in range(3)] == [
+        pytest.approx(0.1),
+        pytest.approx(0.2),
+        pytest.approx(0.3),
+    ]
+    clock_.advance(300 * MS)  # the debt is paid off
+    assert limiter.reserve("esp") == pytest.approx(0.1)
+    clock_.advance(60 * SECOND)  # saved up, at most the burst
+    assert limiter.reserve("esp") == 0.0
+    assert limiter.reserve("esp") == pytest.approx(0.1)
+
+
+@pytest.mark.django_db
+def test_reserve_is_free_without_a_limit(clock_):
+    assert limiter.reserve("nobody-configured-this", 1000) == 0.0
+    limiter.set_rate("esp", 0)
+    assert limiter.reserve("esp", 1000) == 0.0
+    assert RateLimit.objects.get(key="esp").tokens == 0.0
+
+
+@pytest.mark.django_db
+def test_is_limited_only_with_a_positive_rate(clock_):
+    assert limiter.is_limited("esp") is False
+    limiter.set_rate("esp", 0)
+    assert limiter.is_limited("esp") is False
+    limiter.set_rate("esp", 5)
+    assert limiter.is_limited("esp") is True
+
+
+@pytest.mark.django_db
+def test_wait_for_token_returns_at_once_when_a_token_is_there(clock_):
+    limiter.set_rate("esp", 10, burst=1)
+    clock_.advance(SECOND)
+
+    assert limiter.wait_for_token("esp", sleep=pytest.fail) is True
+
+
+@pytest.mark.django_db
+def test_wait_for_token_gives_up_when_told_to_stop(clock_):
+    limiter.set_rate("esp", 1, burst=1)  # empty: the next token is a second away
+    sleeps: list[float] = []
+
+    assert limiter.wait_for_token("esp", should_stop=lambda: True, sleep=sleeps.append) is False
+    assert sleeps == []
+
+
+@pytest.mark.django_db
+def test_wait_for_token_sleeps_until_its_turn(clock_):
+    limiter.set_rate("esp", 50, burst=1)  # empty: a 20 ms wait
+    started = time.monotonic()
+
+    assert limiter.wait_for_token("esp") is True
+    assert time.monotonic() - started >= 0.02
