@@ -84,6 +84,8 @@ SCHEDULER_APP = {
     },
     "SUPPRESSION_CHECK": "tests.testapp.sending.suppressed",
     "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
+    "SEND_LANES": env.int("SCHEDULER_SEND_LANES", 2),
+    "SEND_CHUNK_SIZE": env.int("SCHEDULER_SEND_CHUNK_SIZE", 100),
 }
 
 LOGGING = {

@@ -180,14 +180,16 @@ FROM (
     SELECT id FROM {RECIPIENT}
     WHERE batch_id = %(batch)s AND status = 'pending' AND NOT is_seed
       AND next_attempt_at <= %(now)s AND (claimed_until IS NULL OR claimed_until < %(now)s)
-    ORDER BY id
+    ORDER BY next_attempt_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ) AS due
 WHERE r.id = due.id
 RETURNING r.id, r.recipient_key, r.address, r.timezone, r.context::text, r.attempts
 """
-"""Claim a chunk of a batch's due recipients; SKIP LOCKED so workers share a batch."""
+"""Claim a chunk of a batch's due recipients, earliest due first; SKIP LOCKED so workers
+share a batch. Only the partial index scheduler_recipient_due gives this order, so the
+plan does not depend on statistics that know nothing yet of a batch just frozen."""
 
 MARK_RECIPIENTS = f"""
 UPDATE {RECIPIENT} AS r
@@ -197,10 +199,17 @@ SET status = v.status, sent_at = v.sent_at, provider_message_id = v.message_id,
 FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
             %s::timestamptz[], %s::int[])
      AS v(id, status, sent_at, message_id, error, next_attempt_at, refund)
-WHERE r.id = v.id AND r.claimed_by = %s AND r.status = 'pending'
+WHERE r.id = ANY(%s::bigint[]) AND r.id = v.id AND r.status = 'pending'
+  AND r.claimed_by = (SELECT %s::text)
 RETURNING v.status
 """
-"""Record a chunk's outcomes, fenced by the claim: an expired claim changes nothing."""
+"""Record a chunk's outcomes, fenced by the claim: an expired claim changes nothing.
+
+``r.id = ANY(ids)`` lets the primary key find the chunk's rows. The claim is
+compared through an InitPlan: compared to a literal, its selectivity comes
+from statistics in which every row is unclaimed, the planner expects one row,
+scans the whole table and rescans the chunk's arrays for each row it finds
+(a nested loop quadratic in the chunk size)."""
 
 
 def freeze_recipients(
@@ -250,5 +259,5 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str) -> list[str]:
         return []
     columns = [list(column) for column in zip(*rows, strict=True)]
     with bound_cursor() as cursor:
-        cursor.execute(MARK_RECIPIENTS, [*columns, claim])
+        cursor.execute(MARK_RECIPIENTS, [*columns, columns[0], claim])
         return [row[0] for row in cursor.fetchall()]

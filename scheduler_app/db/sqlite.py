@@ -197,7 +197,7 @@ WHERE id IN (
     SELECT id FROM {RECIPIENT}
     WHERE batch_id = %s AND status = 'pending' AND NOT is_seed
       AND next_attempt_at <= %s AND (claimed_until IS NULL OR claimed_until < %s)
-    ORDER BY id
+    ORDER BY next_attempt_at, id
     LIMIT %s
 )
 RETURNING id, recipient_key, address, timezone, context, attempts

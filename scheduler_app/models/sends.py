@@ -118,7 +118,10 @@ class Recipient(models.Model):
         FAILED = "failed", _("failed")
         SKIPPED = "skipped", _("skipped")
 
-    batch = models.ForeignKey(SendBatch, on_delete=models.CASCADE, related_name="recipients")
+    # No index of its own: the unique (batch, recipient_key) constraint leads with batch.
+    batch = models.ForeignKey(
+        SendBatch, on_delete=models.CASCADE, related_name="recipients", db_index=False
+    )
     recipient_key = models.CharField(max_length=255)
     address = models.CharField(max_length=320)
     timezone = models.CharField(max_length=64, blank=True, default="")
@@ -143,11 +146,11 @@ class Recipient(models.Model):
             )
         ]
         indexes = [
-            # Matches the chunk claim: a batch's pending recipients in id order.
+            # Matches the chunk claim: a batch's pending recipients, earliest due first.
             models.Index(
-                fields=["batch", "id"],
+                fields=["batch", "next_attempt_at", "id"],
                 condition=Q(status="pending"),
-                name="scheduler_recipient_pending",
+                name="scheduler_recipient_due",
             ),
             models.Index(fields=["address"], name="scheduler_recipient_address"),
         ]

@@ -165,7 +165,14 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
             raise BatchStateError(
                 "Only a paused batch can be resumed; this batch is %s." % _status(batch)
             )
-        _enqueue_lanes(batch, clock.now())
+        now = start = clock.now()
+        if not batch.started_at:
+            # Not started yet: keep its send time and undo window.
+            start = max(now, batch.scheduled_at or now)
+            if batch.undo_deadline is not None:
+                margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
+                start = max(start, batch.undo_deadline + margin)
+        _enqueue_lanes(batch, start)
         record("batch", str(batch_id), "resume", by=by)
     return True
 
@@ -252,7 +259,7 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
                 "next_attempt_at": now,
             },
         )
-        if marker.status == Recipient.Status.PENDING:
+        if marker.status != Recipient.Status.SENT:  # new, or failed last time: (re)send
             _send_seed(marker, template, provider)
         markers.append(marker)
     if all(m.status == Recipient.Status.SENT for m in markers):

@@ -38,26 +38,6 @@ def take(key: str, wanted: int) -> tuple[int, float]:
     return granted, wait
 
 
-def acquire(
-    key: str,
-    wanted: int,
-    *,
-    should_stop: Callable[[], bool] = lambda: False,
-    sleep: Callable[[float], object] | None = None,
-) -> int:
-    """Wait until ``wanted`` tokens are taken (or ``should_stop()``); return how many."""
-    sleep = sleep or threading.Event().wait
-    got = 0
-    while got < wanted:
-        granted, wait = take(key, wanted - got)
-        got += granted
-        if got < wanted:
-            if should_stop():
-                break
-            sleep(min(max(wait, 0.001), MAX_WAIT))
-    return got
-
-
 def reserve(key: str, wanted: int = 1) -> float:
     """Reserve ``wanted`` tokens now; return the seconds to wait before using them.
 
@@ -98,16 +78,21 @@ def is_limited(key: str) -> bool:
 
 def set_rate(key: str, rate: float, *, burst: float | None = None) -> RateLimit:
     """Create or change a limit; takes effect at the workers' next take()."""
-    bucket, _ = RateLimit.objects.update_or_create(
-        key=key,
-        defaults={"rate": rate, **({"burst": burst} if burst is not None else {})},
-        create_defaults={
-            "rate": rate,
-            "burst": burst or max(1.0, rate),
-            "tokens": 0.0,
-            "updated_at": clock.now(),
-        },
-    )
+    now = clock.now()
+    with transaction.atomic():
+        bucket, created = RateLimit.objects.select_for_update().get_or_create(
+            key=key,
+            defaults={"rate": rate, "burst": burst or max(1.0, rate), "updated_at": now},
+        )
+        if not created:
+            # Tokens earned so far were earned at the old rate: settle them, then switch.
+            elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
+            earned = elapsed * bucket.rate if bucket.rate > 0 else 0.0
+            bucket.rate = rate
+            bucket.burst = burst if burst is not None else bucket.burst
+            bucket.tokens = min(bucket.burst, bucket.tokens + earned)
+            bucket.updated_at = now
+            bucket.save(update_fields=["rate", "burst", "tokens", "updated_at"])
     return bucket
 
 

@@ -94,18 +94,20 @@ class MessageTemplate:
 
 def _render(template: Template, context: Mapping[str, Any], part: str) -> str:
     ctx = Context(dict(context), autoescape=template.engine.autoescape)
-    with ctx.bind_template(template):
-        for node in _top_level_variables(template):
-            filters = {func.__name__ for func, _ in node.filter_expression.filters}
-            if filters & EMPTY_OK_FILTERS:
-                continue
-            value = node.filter_expression.resolve(ctx)
-            if value is None or (isinstance(value, str) and not value.strip()):
-                raise RenderError(
-                    "Variable %r is empty for this recipient (in the %s); add a "
-                    '|default:"..." if that is expected.' % (node.filter_expression.token, part)
-                )
     try:
+        with ctx.bind_template(template):
+            for node in _top_level_variables(template):
+                filters = {func.__name__ for func, _ in node.filter_expression.filters}
+                if filters & EMPTY_OK_FILTERS:
+                    continue
+                # Resolving runs the filters: one failing on this recipient's data is
+                # a render error like any other, never an exception out of the lane.
+                value = node.filter_expression.resolve(ctx)
+                if value is None or (isinstance(value, str) and not value.strip()):
+                    raise RenderError(
+                        "Variable %r is empty for this recipient (in the %s); add a "
+                        '|default:"..." if that is expected.' % (node.filter_expression.token, part)
+                    )
         output = template.render(ctx)
     except RenderError:
         raise

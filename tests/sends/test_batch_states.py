@@ -231,11 +231,6 @@ def test_undo_after_sending_started_reports_too_late_with_progress(
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: resume_batch enqueues new lanes at clock.now() even for a batch that has "
-    "not started, so pausing and resuming a batch scheduled for later sends it at once",
-)
 def test_resuming_a_batch_that_has_not_started_keeps_its_scheduled_time(scheduled):
     pause_batch(scheduled.pk, reason="Check the coupon")
     resume_batch(scheduled.pk)

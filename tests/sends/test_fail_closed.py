@@ -116,12 +116,6 @@ def test_a_recipient_without_an_address_fails(customer, make_batch):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="bug: a filter error in a top-level variable escapes rendering._render as "
-    "ValueError, so the lane crashes instead of failing that recipient",
-)
 def test_a_filter_failing_on_one_recipients_data_fails_only_that_recipient(customer, make_batch):
     customer("ann@example.com", "10")
     customer("bob@example.com", "n/a")

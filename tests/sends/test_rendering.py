@@ -133,12 +133,6 @@ def test_a_filter_failing_on_the_data_inside_a_block_fails_that_recipient():
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="bug: rendering._render resolves top-level variables for the empty check "
-    "outside its try block, so a filter error escapes as ValueError, not RenderError",
-)
 def test_a_filter_failing_on_the_data_at_top_level_fails_that_recipient():
     assert render_error("Round: {{ points|divisibleby:10 }}", {"points": "n/a"}) == (
         "Rendering the text body failed: ValueError: invalid literal for int() with base 10: 'n/a'"

@@ -121,12 +121,6 @@ def test_a_seed_send_needs_a_seed_list(batch):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: seed_send only sends markers still pending, and _send_seed turns a "
-    "transient failure into 'failed', so a seed that failed once is never retried and "
-    "seed_sent cannot pass for this content",
-)
 def test_a_seed_that_failed_transiently_is_sent_when_the_seed_send_is_repeated(batch):
     ProviderBehaviour.objects.create(address="boss@example.com", answer="transient", times=1)
     first = seed_send(batch)
