@@ -96,6 +96,10 @@ class Worker:
         self._inbox: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
         self._outbox: queue.SimpleQueue[tuple[int, Finish | BaseException]] = queue.SimpleQueue()
         self._running: dict[int, _Running] = {}
+        # While the loop gathers finished jobs into a batch, executors wake it
+        # only once this many are waiting (or BATCH_WINDOW passes).
+        self._enough = max(1, min(options.concurrency, options.batch_size) // 2)
+        self._gathering = False
         self._unflushed: list[Finish] = []
         self._counts: Counter[str] = Counter()
         self._threads: list[threading.Thread] = []
@@ -164,14 +168,14 @@ class Worker:
     def _wait(self, timeout: float) -> None:
         """Sleep until woken or ``timeout``; once woken by a finished job, gather a batch."""
         self._wake.wait(timeout)
-        enough = max(1, min(self.options.concurrency, self.options.batch_size) // 2)
-        deadline = time.monotonic() + BATCH_WINDOW
-        while not self.stopping and 0 < self._outbox.qsize() < min(enough, len(self._running)):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            self._wake.clear()
-            self._wake.wait(remaining)
+        if self.stopping or not 0 < self._outbox.qsize() < min(self._enough, len(self._running)):
+            return
+        # Executor threads now wake us only once enough jobs have finished.
+        self._gathering = True
+        self._wake.clear()
+        if self._outbox.qsize() < min(self._enough, len(self._running)):
+            self._wake.wait(BATCH_WINDOW)
+        self._gathering = False
 
     def _free_slots(self) -> int:
         return self.options.concurrency - len(self._running)
@@ -406,7 +410,8 @@ class Worker:
             except BaseException as exc:
                 outcome = exc
             self._outbox.put((job.id, outcome))
-            self._wake.set()
+            if not self._gathering or self._outbox.qsize() >= self._enough:
+                self._wake.set()
 
     def _with_db(self, operation: Callable[[], T]) -> T | None:
         """Run a database operation; on a lost connection, reconnect next turn.
