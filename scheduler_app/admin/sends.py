@@ -24,7 +24,6 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app import clock
 from scheduler_app.admin.display import paused_banner
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
@@ -55,23 +54,6 @@ DRAFT_FIELDS = [
     "breaker_window",
     "breaker_threshold",
 ]
-
-
-def progress(batch: SendBatch) -> dict[str, Any]:
-    """Return the batch's counters, share done and send rate, for the page and its JSON."""
-    done = batch.sent + batch.failed + batch.skipped
-    elapsed = (clock.now() - batch.started_at).total_seconds() if batch.started_at else 0
-    return {
-        "status": batch.status,
-        "total": batch.total,
-        "sent": batch.sent,
-        "failed": batch.failed,
-        "skipped": batch.skipped,
-        "remaining": batch.remaining,
-        "percent": round(100 * done / batch.total, 1) if batch.total else 0,
-        "rate": round(batch.sent / elapsed, 1) if elapsed > 0 else 0,
-        "undo_deadline": batch.undo_deadline.isoformat() if batch.undo_deadline else None,
-    }
 
 
 class SendBatchForm(forms.ModelForm):
@@ -171,7 +153,7 @@ class SendBatchAdmin(admin.ModelAdmin):
 
     @admin.display(description="progress")
     def progress_bar(self, batch: SendBatch) -> str:
-        data = progress(batch)
+        data = batches.batch_progress(batch)
         return format_html(
             '<progress class="scheduler-progress" data-batch="{}" max="100" value="{}"></progress> '
             '<span class="scheduler-progress-text">{}%</span>',
@@ -182,7 +164,7 @@ class SendBatchAdmin(admin.ModelAdmin):
 
     @admin.display(description="progress")
     def progress_display(self, batch: SendBatch) -> str:
-        data = progress(batch)
+        data = batches.batch_progress(batch)
         return format_html(
             '<div class="scheduler-live" data-url="{}" data-status="{}">'
             '<progress class="scheduler-progress" max="100" value="{}" style="width:30em">'
@@ -254,7 +236,7 @@ class SendBatchAdmin(admin.ModelAdmin):
         batch = get_object_or_404(self.get_queryset(request), pk=pk)
         if not self.has_view_permission(request, batch):
             raise PermissionDenied
-        return JsonResponse(progress(batch))
+        return JsonResponse(batches.batch_progress(batch))
 
     def report_view(self, request: HttpRequest, pk: int) -> FileResponse:
         batch = get_object_or_404(self.get_queryset(request), pk=pk)

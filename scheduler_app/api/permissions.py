@@ -11,10 +11,14 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from scheduler_app.models import Job
+from scheduler_app.models import Job, SendBatch
 
 #: Staff with this permission may see and cancel every job.
 CHANGE_ANY_JOB = "scheduler_app.change_job"
+#: Staff with this permission may see and act on every send batch.
+CHANGE_ANY_BATCH = "scheduler_app.change_sendbatch"
+#: Needed (besides seeing the batch) to resume a paused send.
+RESUME_BATCHES = "scheduler_app.resume_sendbatch"
 
 
 def acts_on_all(user: Any, permission: str) -> bool:
@@ -34,3 +38,8 @@ def visible_to(user: Any, queryset: QuerySet, *, permission: str) -> QuerySet:
 def visible_jobs(user: Any) -> QuerySet[Job]:
     """Return the jobs ``user`` may see and cancel."""
     return visible_to(user, Job.objects.all(), permission=CHANGE_ANY_JOB)
+
+
+def visible_batches(user: Any) -> QuerySet[SendBatch]:
+    """Return the send batches ``user`` may see and act on."""
+    return visible_to(user, SendBatch.objects.all(), permission=CHANGE_ANY_BATCH)

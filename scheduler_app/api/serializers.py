@@ -1,14 +1,26 @@
-"""Representations of jobs, query filters and outcomes; all read-only except filters."""
+"""Representations of jobs, send batches, query filters, request bodies and outcomes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema_serializer
+from django.core.validators import RegexValidator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from scheduler_app.cancellation import CancelOutcome
-from scheduler_app.models import Job
+from scheduler_app.models import Job, SendBatch
+from scheduler_app.sends.batches import batch_progress
+
+#: Not blank: at least one character other than whitespace.
+NOT_BLANK = RegexValidator(r"\S", message="This field may not be blank.")
+#: One line, not blank (a header).
+ONE_LINE = RegexValidator(r"^[^\r\n]*\S[^\r\n]*$", message="Must be a single line, not blank.")
+
+#: The undo window of a message scheduled through the API, in seconds.
+DEFAULT_UNDO_SECONDS = 10
+MAX_UNDO_SECONDS = 3600
 
 
 @extend_schema_serializer(component_name="SchedulerJob")
@@ -138,3 +150,106 @@ class JobConflictSerializer(ErrorSerializer):
     """A 409: the job's state does not allow the action; ``job`` is its current state."""
 
     job = JobSerializer()
+
+
+@extend_schema_serializer(component_name="SchedulerBatch")
+class BatchSerializer(serializers.Serializer):
+    """A send batch: its state and how far the send got."""
+
+    id = serializers.IntegerField(read_only=True)
+    name = serializers.CharField(read_only=True)
+    status = serializers.ChoiceField(choices=SendBatch.Status.choices, read_only=True)
+    status_reason = serializers.CharField(
+        read_only=True, help_text="Why it was last paused or cancelled; empty otherwise."
+    )
+    owner = serializers.IntegerField(source="owner_id", read_only=True, allow_null=True)
+    total = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="Recipients; null until the audience is frozen."
+    )
+    sent = serializers.IntegerField(read_only=True)
+    failed = serializers.IntegerField(read_only=True)
+    skipped = serializers.IntegerField(read_only=True)
+    remaining = serializers.IntegerField(
+        read_only=True, allow_null=True, help_text="Neither sent, failed nor skipped yet."
+    )
+    percent = serializers.SerializerMethodField(help_text="Share done (sent, failed, skipped).")
+    scheduled_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    undo_deadline = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="The end of the undo window; null: scheduled without one, or not yet.",
+    )
+    created_at = serializers.DateTimeField(read_only=True)
+    started_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    @extend_schema_field(OpenApiTypes.DOUBLE)
+    def get_percent(self, batch: SendBatch) -> float:
+        return batch_progress(batch)["percent"]
+
+
+@extend_schema_serializer(component_name="SchedulerBatchPause")
+class BatchPauseSerializer(serializers.Serializer):
+    """The body of a pause: why (kept on the batch and in the audit log)."""
+
+    reason = serializers.CharField(
+        min_length=1, validators=[NOT_BLANK], help_text="Why the send is paused."
+    )
+
+
+@extend_schema_serializer(component_name="SchedulerBatchResult")
+class BatchResultSerializer(serializers.Serializer):
+    """What a batch action did, and the batch afterwards."""
+
+    outcome = serializers.ChoiceField(
+        choices=["paused", "already_paused", "resumed", "cancelled", "already_cancelled"]
+    )
+    batch = BatchSerializer()
+
+
+@extend_schema_serializer(component_name="SchedulerBatchConflict")
+class BatchConflictSerializer(ErrorSerializer):
+    """A 409: the batch's state does not allow the action; ``batch`` is its current state."""
+
+    batch = BatchSerializer()
+
+
+@extend_schema_serializer(component_name="SchedulerBatchUndoConflict")
+class BatchUndoConflictSerializer(BatchConflictSerializer):
+    """A 409 of undo: too late, and how far the send got."""
+
+    sent = serializers.IntegerField(help_text="Recipients sent so far.")
+    total = serializers.IntegerField(
+        allow_null=True, help_text="Recipients in all; null until the audience is frozen."
+    )
+
+
+@extend_schema_serializer(component_name="SchedulerMessage")
+class MessageSerializer(serializers.Serializer):
+    """One email to schedule, sent after an undo window unless undone."""
+
+    # No maxLength on the texts: JSON Schema counts UTF-16 units, DRF code points,
+    # so a limit would disagree with the schema (the request size limit bounds them).
+    to = serializers.EmailField(max_length=320, help_text="The recipient's address.")
+    subject = serializers.CharField(min_length=1, validators=[ONE_LINE], help_text="One line.")
+    text = serializers.CharField(
+        min_length=1, validators=[NOT_BLANK], help_text="The plain-text body."
+    )
+    html = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="Optional."
+    )
+    undo_seconds = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_UNDO_SECONDS,
+        default=DEFAULT_UNDO_SECONDS,
+        help_text="How long POST jobs/{id}/undo/ can stop it, in seconds.",
+    )
+
+
+@extend_schema_serializer(component_name="SchedulerMessageScheduled")
+class MessageScheduledSerializer(serializers.Serializer):
+    """A scheduled message: its job, and until when it can be undone."""
+
+    job = serializers.IntegerField(help_text="The job that sends it; see jobs/{id}/.")
+    undo_deadline = serializers.DateTimeField(help_text="Undo works only before this time.")
+    undo_url = serializers.URLField(help_text="POST here to undo it.")

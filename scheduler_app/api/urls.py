@@ -3,8 +3,9 @@
     path("api/", include("scheduler_app.api.urls")),
 
 Routes (below the prefix): ``jobs/``, ``jobs/<id>/``, ``jobs/<id>/cancel/``,
-``jobs/<id>/undo/``, the OpenAPI schema at ``schema/`` and its docs page at
-``docs/``. URL names live in the ``scheduler_app_api`` namespace.
+``jobs/<id>/undo/``; ``batches/``, ``batches/<id>/`` and its ``pause/``,
+``resume/``, ``cancel/`` and ``undo/``; ``messages/``; the OpenAPI schema at
+``schema/`` and its docs page at ``docs/``. URL names live in the ``scheduler_app_api`` namespace.
 """
 
 from __future__ import annotations
@@ -14,12 +15,21 @@ import re
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
-from scheduler_app.api.views import DocsView, JobViewSet, SchemaView, not_found
+from scheduler_app.api.views import (
+    BatchViewSet,
+    DocsView,
+    JobViewSet,
+    MessageViewSet,
+    SchemaView,
+    not_found,
+)
 
 app_name = "scheduler_app_api"
 
 router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")
+router.register("batches", BatchViewSet, basename="batch")
+router.register("messages", MessageViewSet, basename="message")
 
 #: Each router prefix, for the catch-all below.
 _PREFIXES = "|".join(re.escape(prefix) for prefix, *_ in router.registry)

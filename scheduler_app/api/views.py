@@ -1,8 +1,8 @@
-"""Job endpoints: list, retrieve, cancel and undo; plus the schema and its docs page.
+"""The API: jobs, send batches and single messages; plus the schema and its docs page.
 
-Cancel and undo are one guarded UPDATE each (scheduler_app.cancellation),
-narrowed to the jobs the caller may see, so the status code always says what
-happened in the database, whoever raced the request.
+Cancel and undo are one guarded UPDATE each (scheduler_app.cancellation,
+scheduler_app.sends.batches), on objects the caller may see, so the status
+code always says what happened in the database, whoever raced the request.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from django.apps import apps
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
 from django.utils.html import escape
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
@@ -31,17 +32,25 @@ from rest_framework.response import Response
 
 from scheduler_app import cancellation, clock
 from scheduler_app.api.errors import Conflict, error_body, exception_handler
-from scheduler_app.api.permissions import visible_jobs
+from scheduler_app.api.permissions import RESUME_BATCHES, visible_batches, visible_jobs
 from scheduler_app.api.serializers import (
+    BatchConflictSerializer,
+    BatchPauseSerializer,
+    BatchResultSerializer,
+    BatchSerializer,
+    BatchUndoConflictSerializer,
     ErrorSerializer,
     JobCancelResultSerializer,
     JobConflictSerializer,
     JobFilterSerializer,
     JobSerializer,
+    MessageScheduledSerializer,
+    MessageSerializer,
 )
 from scheduler_app.api.throttling import WriteRateThrottle
 from scheduler_app.cancellation import CancelOutcome
-from scheduler_app.models import Job
+from scheduler_app.models import Job, SendBatch
+from scheduler_app.sends import batches
 
 #: Largest primary key a BigAutoField holds; larger ids cannot exist.
 MAX_ID = 2**63 - 1
@@ -160,6 +169,8 @@ class JobCursorPagination(CursorPagination):
 def _utc(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
 
+
+BatchStatus = SendBatch.Status
 
 CANCEL_CONFLICT = OpenApiResponse(
     JobConflictSerializer,
@@ -357,6 +368,285 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
         return Conflict(message, code=code, extra={"job": JobSerializer(job).data})
 
 
+BATCH_NOT_FOUND = _error("No such batch, or not one of yours.")
+BATCH_CONFLICT = OpenApiResponse(
+    BatchConflictSerializer,
+    description="The batch's state does not allow this (`invalid_state`), or it has "
+    "finished (`already_finished`). Nothing was changed; `batch` is its current state.",
+)
+BATCH_UNDO_CONFLICT = OpenApiResponse(
+    BatchUndoConflictSerializer,
+    description="Too late to undo: a lane has started sending (`already_sending`) or the "
+    "send has finished (`already_finished`); or the batch is a draft or paused "
+    "(`invalid_state`). Nothing was changed; `sent` and `total` say how far it got.",
+    examples=[
+        OpenApiExample(
+            "already_sending",
+            value={
+                "error": {
+                    "code": "already_sending",
+                    "message": "Too late to undo: batch 7 is already being sent (120 of 5000 "
+                    "sent).",
+                    "fields": {},
+                },
+                "sent": 120,
+                "total": 5000,
+                "batch": {"id": 7, "status": "sending"},
+            },
+            response_only=True,
+            status_codes=["409"],
+        )
+    ],
+)
+
+
+class BatchViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerViewSet):
+    """The caller's send batches (all for staff with scheduler_app.change_sendbatch)."""
+
+    serializer_class = BatchSerializer
+    pagination_class = JobCursorPagination
+    lookup_value_regex = "[^/]+"
+    queryset = SendBatch.objects.none()  # the real one depends on the user
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):
+            return SendBatch.objects.none()
+        return visible_batches(self.request.user)
+
+    def get_batch(self) -> SendBatch:
+        """Return the URL's batch if the caller may see it; 404 otherwise."""
+        batch = self.get_queryset().filter(pk=self.object_id()).first()
+        if batch is None:
+            raise exceptions.NotFound()
+        return batch
+
+    def refreshed(self, batch: SendBatch) -> SendBatch:
+        """Return the batch as stored now; 404 if it was deleted meanwhile."""
+        stored = SendBatch.objects.filter(pk=batch.pk).first()
+        if stored is None:
+            raise exceptions.NotFound()
+        return stored
+
+    @document(
+        summary="List send batches",
+        description="The caller's send batches, newest first, in pages of `page_size` "
+        "(default 50, at most 200). Follow `next` for the following page.",
+        responses={
+            200: BatchSerializer(many=True),
+            400: _error("Invalid page parameter; `fields` names it."),
+            401: NOT_AUTHENTICATED,
+        },
+    )
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(BatchSerializer(page, many=True).data)
+
+    @document(
+        summary="Retrieve a send batch",
+        description="One batch: its status and progress (`total`, `sent`, `failed`, "
+        "`skipped`, `remaining`, `percent`), `undo_deadline` and `status_reason`.",
+        responses={200: BatchSerializer, 401: NOT_AUTHENTICATED, 404: BATCH_NOT_FOUND},
+    )
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(BatchSerializer(self.get_batch()).data)
+
+    @document(
+        summary="Pause a send batch",
+        description="Pause a scheduled or sending batch; its lanes stop before their next "
+        "chunk. `reason` is required. Pausing a paused batch again changes nothing and "
+        'returns 200 with `"outcome": "already_paused"`.',
+        request=BatchPauseSerializer,
+        responses={
+            200: BatchResultSerializer,
+            400: _error("Invalid body; `fields` names the field (e.g. a missing `reason`)."),
+            401: NOT_AUTHENTICATED,
+            403: FORBIDDEN,
+            404: BATCH_NOT_FOUND,
+            409: BATCH_CONFLICT,
+            429: THROTTLED,
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        batch = self.get_batch()
+        body = BatchPauseSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if batches.pause_batch(batch.pk, by=request.user, reason=body.validated_data["reason"]):
+            return self._result("paused", batch)
+        batch = self.refreshed(batch)
+        if batch.status == BatchStatus.PAUSED:
+            return self._result("already_paused", batch)
+        raise self._conflict(
+            batch,
+            "Only a scheduled or sending batch can be paused; batch %s is %s."
+            % (batch.pk, batch.status),
+        )
+
+    @document(
+        summary="Resume a paused send batch",
+        description="Resume a paused batch exactly where it stopped. Needs the "
+        "`scheduler_app.resume_sendbatch` permission (403 without it).",
+        request=None,
+        responses={
+            200: BatchResultSerializer,
+            401: NOT_AUTHENTICATED,
+            403: _error("No permission to resume sends, or the CSRF check failed."),
+            404: BATCH_NOT_FOUND,
+            409: BATCH_CONFLICT,
+            429: THROTTLED,
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        batch = self.get_batch()  # 404 before 403: nothing leaks about others' batches
+        if not request.user.has_perm(RESUME_BATCHES):
+            raise exceptions.PermissionDenied("You do not have permission to resume sends.")
+        try:
+            batches.resume_batch(batch.pk, by=request.user)
+        except SendBatch.DoesNotExist as exc:
+            raise exceptions.NotFound() from exc
+        except batches.BatchStateError as exc:
+            raise self._conflict(
+                self.refreshed(batch),
+                "Only a paused batch can be resumed; batch %s is %s."
+                % (batch.pk, self.refreshed(batch).status),
+            ) from exc
+        return self._result("resumed", batch)
+
+    @document(
+        summary="Cancel a send batch",
+        description="Cancel a batch that has not finished; its pending lanes are cancelled "
+        "and recipients already sent stay recorded. Repeating a successful cancel returns "
+        '200 with `"outcome": "already_cancelled"`.',
+        request=None,
+        responses={
+            200: BatchResultSerializer,
+            401: NOT_AUTHENTICATED,
+            403: FORBIDDEN,
+            404: BATCH_NOT_FOUND,
+            409: BATCH_CONFLICT,
+            429: THROTTLED,
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        batch = self.get_batch()
+        if batches.cancel_batch(batch.pk, by=request.user, reason="Cancelled through the API."):
+            return self._result("cancelled", batch)
+        batch = self.refreshed(batch)
+        if batch.status == BatchStatus.CANCELLED:
+            return self._result("already_cancelled", batch)
+        raise self._conflict(
+            batch,
+            "Batch %s has already finished (%s); there is nothing to cancel."
+            % (batch.pk, batch.status),
+            code="already_finished",
+        )
+
+    @document(
+        summary="Undo a scheduled send batch",
+        description='Cancel a scheduled batch before any lane starts sending ("undo send"); '
+        "its lanes are cancelled. Too late returns 409 with how far the send got. Repeating "
+        'a successful undo returns 200 with `"outcome": "already_cancelled"`.',
+        request=None,
+        responses={
+            200: BatchResultSerializer,
+            401: NOT_AUTHENTICATED,
+            403: FORBIDDEN,
+            404: BATCH_NOT_FOUND,
+            409: BATCH_UNDO_CONFLICT,
+            429: THROTTLED,
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def undo(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        batch = self.get_batch()
+        try:
+            outcome = batches.undo_batch(batch.pk, by=request.user)
+        except SendBatch.DoesNotExist as exc:
+            raise exceptions.NotFound() from exc
+        if outcome.cancelled:
+            return self._result("cancelled", batch)
+        if outcome.status == BatchStatus.CANCELLED:
+            return self._result("already_cancelled", batch)
+        batch = self.refreshed(batch)
+        progress = "%s of %s sent" % (
+            outcome.sent,
+            outcome.total if outcome.total is not None else "?",
+        )
+        if outcome.status in (BatchStatus.COMPLETED, BatchStatus.FAILED):
+            code = "already_finished"
+            message = "Too late to undo: batch %s has already been sent (%s, %s)." % (
+                batch.pk,
+                outcome.status,
+                progress,
+            )
+        elif outcome.status == BatchStatus.SENDING or batch.started_at is not None:
+            code = "already_sending"
+            message = "Too late to undo: batch %s is already being sent (%s)." % (
+                batch.pk,
+                progress,
+            )
+        else:
+            code = "invalid_state"
+            message = "Only a scheduled batch can be undone; batch %s is %s." % (
+                batch.pk,
+                outcome.status,
+            )
+        raise self._conflict(batch, message, code=code, sent=outcome.sent, total=outcome.total)
+
+    def _result(self, outcome: str, batch: SendBatch) -> Response:
+        return Response({"outcome": outcome, "batch": BatchSerializer(self.refreshed(batch)).data})
+
+    def _conflict(
+        self, batch: SendBatch, message: str, *, code: str = "invalid_state", **extra: Any
+    ) -> Conflict:
+        return Conflict(message, code=code, extra={**extra, "batch": BatchSerializer(batch).data})
+
+
+class MessageViewSet(SchedulerViewSet):
+    """Schedule one email, sent by a worker after an undo window unless undone."""
+
+    serializer_class = MessageSerializer
+
+    @document(
+        summary="Schedule a message with an undo window",
+        description="Schedule one email to `to`, sent by a worker once `undo_seconds` "
+        "(default 10, at most 3600) have passed. Undo it before `undo_deadline` with "
+        "`POST undo_url` (jobs/{id}/undo/).",
+        request=MessageSerializer,
+        responses={
+            201: MessageScheduledSerializer,
+            400: _error("Invalid body; `fields` names each invalid field."),
+            401: NOT_AUTHENTICATED,
+            403: FORBIDDEN,
+            429: THROTTLED,
+        },
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        body = MessageSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        job = batches.send_message(
+            data["to"],
+            data["subject"],
+            data["text"],
+            html=data["html"],
+            undo_window=dt.timedelta(seconds=data["undo_seconds"]),
+            owner=request.user,
+        )
+        namespace = request.resolver_match.namespace if request.resolver_match else ""
+        undo = reverse("%sjob-undo" % (namespace + ":" if namespace else ""), args=[job.pk])
+        return Response(
+            {
+                "job": job.pk,
+                "undo_deadline": _utc(job.undo_deadline),
+                "undo_url": request.build_absolute_uri(undo),
+            },
+            status=201,
+        )
+
+
 @csrf_exempt  # it changes nothing; a session POST gets the JSON 404, not a CSRF page
 def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     """Answer 404 in the API's error format (paths below a router prefix that match no route)."""
@@ -383,6 +673,8 @@ class SchemaView(SpectacularAPIView):
         self.custom_settings = {
             "TITLE": "scheduler_app API",
             "DESCRIPTION": "Jobs: list, retrieve, cancel, and undo inside an undo window. "
+            "Send batches: list, progress, pause, resume, cancel and undo. Messages: "
+            "schedule one email with an undo window. "
             "Authenticate with `Authorization: Token <key>` or a session. Errors have one "
             'format: `{"error": {"code": ..., "message": ..., "fields": {...}}}`.',
             "VERSION": "1",

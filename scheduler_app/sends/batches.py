@@ -234,6 +234,23 @@ def undo_batch(batch_id: int, *, by: Any = None) -> UndoOutcome:
     return UndoOutcome(cancelled=False, status=batch.status, sent=batch.sent, total=batch.total)
 
 
+def batch_progress(batch: SendBatch) -> dict[str, Any]:
+    """Return the batch's counters, share done and send rate, for the page and its JSON."""
+    done = batch.sent + batch.failed + batch.skipped
+    elapsed = (clock.now() - batch.started_at).total_seconds() if batch.started_at else 0
+    return {
+        "status": batch.status,
+        "total": batch.total,
+        "sent": batch.sent,
+        "failed": batch.failed,
+        "skipped": batch.skipped,
+        "remaining": batch.remaining,
+        "percent": round(100 * done / batch.total, 1) if batch.total else 0,
+        "rate": round(batch.sent / elapsed, 1) if elapsed > 0 else 0,
+        "undo_deadline": batch.undo_deadline.isoformat() if batch.undo_deadline else None,
+    }
+
+
 def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
     """Send the batch's message to its seed list through the real provider, recorded as markers.
 
