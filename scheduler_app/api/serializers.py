@@ -18,6 +18,34 @@ NOT_BLANK = RegexValidator(r"\S", message="This field may not be blank.")
 #: One line, not blank (a header).
 ONE_LINE = RegexValidator(r"^[^\r\n]*\S[^\r\n]*$", message="Must be a single line, not blank.")
 
+
+class StrictCharField(serializers.CharField):
+    """A string field that refuses numbers (DRF's CharField turns them into strings)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictEmailField(serializers.EmailField):
+    """An address field that refuses anything but a string."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer field that refuses strings, floats and booleans, as the schema says."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 #: The undo window of a message scheduled through the API, in seconds.
 DEFAULT_UNDO_SECONDS = 10
 MAX_UNDO_SECONDS = 3600
@@ -192,7 +220,7 @@ class BatchSerializer(serializers.Serializer):
 class BatchPauseSerializer(serializers.Serializer):
     """The body of a pause: why (kept on the batch and in the audit log)."""
 
-    reason = serializers.CharField(
+    reason = StrictCharField(
         min_length=1, validators=[NOT_BLANK], help_text="Why the send is paused."
     )
 
@@ -230,15 +258,11 @@ class MessageSerializer(serializers.Serializer):
 
     # No maxLength on the texts: JSON Schema counts UTF-16 units, DRF code points,
     # so a limit would disagree with the schema (the request size limit bounds them).
-    to = serializers.EmailField(max_length=320, help_text="The recipient's address.")
-    subject = serializers.CharField(min_length=1, validators=[ONE_LINE], help_text="One line.")
-    text = serializers.CharField(
-        min_length=1, validators=[NOT_BLANK], help_text="The plain-text body."
-    )
-    html = serializers.CharField(
-        required=False, allow_blank=True, default="", help_text="Optional."
-    )
-    undo_seconds = serializers.IntegerField(
+    to = StrictEmailField(max_length=320, help_text="The recipient's address.")
+    subject = StrictCharField(min_length=1, validators=[ONE_LINE], help_text="One line.")
+    text = StrictCharField(min_length=1, validators=[NOT_BLANK], help_text="The plain-text body.")
+    html = StrictCharField(required=False, allow_blank=True, default="", help_text="Optional.")
+    undo_seconds = StrictIntegerField(
         min_value=0,
         max_value=MAX_UNDO_SECONDS,
         default=DEFAULT_UNDO_SECONDS,

@@ -64,6 +64,10 @@ def test_the_undo_window_defaults_to_ten_seconds(api):
         ({"undo_seconds": -1}, "undo_seconds"),
         ({"undo_seconds": 3601}, "undo_seconds"),
         ({"undo_seconds": "soon"}, "undo_seconds"),
+        ({"undo_seconds": "10"}, "undo_seconds"),
+        ({"undo_seconds": True}, "undo_seconds"),
+        ({"html": -0.5}, "html"),
+        ({"subject": 42}, "subject"),
     ],
 )
 def test_invalid_fields_are_400_naming_the_field(api, change, field):
