@@ -43,9 +43,22 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-REPO = Path(__file__).resolve().parent.parent
+from harness import (
+    REPO,
+    append_results,
+    cpu_model,
+    env_int,
+    git_head,
+    memory_gib,
+    migrate,
+    pg_setting,
+    recreate_database,
+    setup_django,
+    stop_process,
+)
+
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_api"
 WARMUP = 40
 CLOSED_EVERY = 5  # every fifth job has its undo window closed already
@@ -60,52 +73,20 @@ LOGGING = {"version": 1, "disable_existing_loggers": False}
 """
 
 
-def env_int(name: str, default: int, minimum: int = 1) -> int:
-    value = int(os.environ.get(name, default))
-    if value < minimum:
-        raise SystemExit("%s must be at least %s" % (name, minimum))
-    return value
-
-
-# -- set-up ----------------------------------------------------------------------
-
-
-def recreate_database(url: str) -> None:
-    """DROP and CREATE the database ``url`` names, through the ``postgres`` database."""
-    import psycopg
-    from psycopg import sql
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    if not name or name in ("postgres", "template0", "template1"):
-        raise SystemExit("refusing to drop database %r" % name)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
 def write_settings(directory: Path, conn_max_age: int) -> str:
     (directory / "bench_api_settings.py").write_text(SETTINGS % {"conn_max_age": conn_max_age})
     return "bench_api_settings"
 
 
-def setup_django(url: str, settings_dir: Path, settings_module: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
+def setup_django_with(url: str, settings_dir: Path, settings_module: str) -> None:
+    """Set Django up with ``settings_module`` from ``settings_dir`` (gunicorn's too); migrate."""
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(settings_dir), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
-    for path in (str(REPO), str(settings_dir)):
-        if path not in sys.path:
-            sys.path.insert(0, path)
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0, interactive=False)
+    if str(settings_dir) not in sys.path:
+        sys.path.insert(0, str(settings_dir))
+    setup_django(url, settings_module, log_level=None)
+    migrate()
 
 
 def create_data(jobs: int) -> tuple[str, list[int], set[int]]:
@@ -198,13 +179,7 @@ class Server:
         return self.log.read()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        stop_process(self.proc, signal.SIGTERM, 20, kill_timeout=10)
         self.log.close()
 
 
@@ -313,26 +288,13 @@ def machine_description(url: str) -> dict[str, str]:
     import gunicorn
     import psycopg
     import rest_framework
-    from django.db import connection
 
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo") as f:
-        mem_kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        pg = cursor.fetchone()[0]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
+    pg = pg_setting("server_version")
+    commit = git_head()
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": str(os.cpu_count()),
-        "memory": "%.1f GiB" % (mem_kb / 2**20),
+        "memory": memory_gib(),
         "os": platform.platform(),
         "python": platform.python_version(),
         "django": django.get_version(),
@@ -348,25 +310,24 @@ def machine_description(url: str) -> dict[str, str]:
 
 
 def write_results(path: Path, machine: dict, params: dict, figures: dict) -> None:
-    new = not path.exists()
-    with path.open("a") as f:
-        if new:
-            f.write(
-                "# Undo endpoint latency (`python bench/api.py`)\n\n"
-                "Each section is one run, newest last. Latency is measured in the client,\n"
-                "from sending the request to reading the whole response, over a kept-alive\n"
-                "connection to gunicorn on 127.0.0.1; see bench/api.py for the set-up.\n"
-            )
-        f.write("\n## %s\n\n" % dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
-        f.write("| machine | |\n|---|---|\n")
-        for key, value in machine.items():
-            f.write("| %s | %s |\n" % (key, value))
-        f.write("\n| parameter | value |\n|---|---|\n")
-        for key, value in params.items():
-            f.write("| %s | %s |\n" % (key, value))
-        f.write("\n| figure | value |\n|---|---|\n")
-        for key, value in figures.items():
-            f.write("| %s | %s |\n" % (key, value))
+    section = ["\n## %s\n\n" % dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")]
+    section.append("| machine | |\n|---|---|\n")
+    for key, value in machine.items():
+        section.append("| %s | %s |\n" % (key, value))
+    section.append("\n| parameter | value |\n|---|---|\n")
+    for key, value in params.items():
+        section.append("| %s | %s |\n" % (key, value))
+    section.append("\n| figure | value |\n|---|---|\n")
+    for key, value in figures.items():
+        section.append("| %s | %s |\n" % (key, value))
+    append_results(
+        path,
+        "# Undo endpoint latency (`python bench/api.py`)\n\n"
+        "Each section is one run, newest last. Latency is measured in the client,\n"
+        "from sending the request to reading the whole response, over a kept-alive\n"
+        "connection to gunicorn on 127.0.0.1; see bench/api.py for the set-up.\n",
+        "".join(section),
+    )
 
 
 def main() -> int:
@@ -381,7 +342,7 @@ def main() -> int:
     recreate_database(url)
     with tempfile.TemporaryDirectory() as settings_dir:
         module = write_settings(Path(settings_dir), conn_max_age)
-        setup_django(url, Path(settings_dir), module)
+        setup_django_with(url, Path(settings_dir), module)
         token, ids, closed = create_data(jobs)
         machine = machine_description(url)
         from django.db import connection

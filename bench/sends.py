@@ -62,18 +62,30 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import os
-import platform
-import re
-import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-REPO = Path(__file__).resolve().parent.parent
+from harness import (
+    PROFILED_NOTE,
+    REPO,
+    Profiler,
+    append_results,
+    collapsed_stacks,
+    env_int,
+    frame_name,
+    machine_cpu,
+    machine_description,
+    machine_line,
+    migrate,
+    process_cpu,
+    recreate_database,
+    setup_django,
+    transactions,
+    wait_ready,
+)
+from harness import WorkerProcess as BaseWorkerProcess
+
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_sends"
 POLL = 0.020
 SEND_TIMEOUT = 1800.0
@@ -84,13 +96,6 @@ RELAX_ALL = (
     "schedule_unambiguous",
     "no_other_large_batch",
 )
-
-
-def env_int(name: str, default: int) -> int:
-    value = int(os.environ.get(name, default))
-    if value < 1:
-        raise SystemExit("%s must be at least 1" % name)
-    return value
 
 
 # -- the worker entry point (python bench/sends.py runworker ...) ---------------------
@@ -112,39 +117,15 @@ def run_worker_command(args: list[str]) -> None:
 # -- database set-up -------------------------------------------------------------------
 
 
-def recreate_database(url: str) -> None:
-    """DROP and CREATE the database ``url`` names, through the ``postgres`` database."""
-    import psycopg
-    from psycopg import sql
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    if not name or name in ("postgres", "template0", "template1"):
-        raise SystemExit("refusing to drop database %r" % name)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
-def setup_django(url: str, lanes: int) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")  # this process's own scheduler_app logs
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    import django
+def setup_django_with_lanes(url: str, lanes: int) -> None:
+    """Set Django up with SEND_LANES = ``lanes``, and create the tables (testapp's too)."""
+    setup_django(url)
     from django.conf import settings
-    from django.core.management import call_command
-
-    django.setup()
-    # The lanes are enqueued by this process (schedule_batch), so SEND_LANES applies here.
     from django.test.utils import override_settings
 
+    # The lanes are enqueued by this process (schedule_batch), so SEND_LANES applies here.
     override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "SEND_LANES": lanes}).enable()
-    call_command("migrate", run_syncdb=True, verbosity=0, interactive=False)
+    migrate(run_syncdb=True)
 
 
 def populate(audience: int, recipients: int) -> float:
@@ -229,104 +210,29 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
 # -- runworker subprocesses ------------------------------------------------------------------
 
 
-class WorkerProcess:
+class WorkerProcess(BaseWorkerProcess):
     """A ``runworker`` subprocess (through this script) whose output a thread reads."""
 
+    stop_timeout = 30.0
+
     def __init__(self, url: str, chunk: int, *args: str) -> None:
-        env = {
-            **os.environ,
-            "DATABASE_URL": url,
-            "PYTHONUNBUFFERED": "1",
-            "BENCH_SEND_CHUNK": str(chunk),
-            # INFO: "worker started" (waited for) is an INFO line; per batch, the lanes log
-            # progress every PROGRESS_LOG_EVERY (1000) recipients, nothing per recipient.
-            "LOG_LEVEL": "INFO",
-        }
-        self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "runworker", *args],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.pid = self.proc.pid
-        self.started = threading.Event()
-        self.lines: collections.deque[str] = collections.deque(maxlen=400)
         #: When (wall clock) lines about a batch's start arrived: the lanes' freeze ends there.
         self.marks: dict[str, dt.datetime] = {}
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        # Per batch, the lanes log progress every PROGRESS_LOG_EVERY (1000) recipients at
+        # INFO, nothing per recipient.
+        super().__init__(
+            [sys.executable, str(Path(__file__).resolve()), "runworker", *args],
+            {"DATABASE_URL": url, "BENCH_SEND_CHUNK": str(chunk)},
+            keep_lines=400,
+        )
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if "worker started" in line:
-                self.started.set()
-            for mark in ("audience frozen", "batch sending"):
-                if mark in line:
-                    self.marks.setdefault(mark, dt.datetime.now(dt.UTC))
-
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def stop(self, timeout: float = 30.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(2)
-
-
-def wait_ready(workers: list[WorkerProcess], timeout: float = 60.0) -> None:
-    """Wait for every worker's "worker started" line and its LISTEN connection."""
-    from django.db import connection
-
-    deadline = time.monotonic() + timeout
-    for worker in workers:
-        while not worker.started.wait(0.05):
-            if worker.proc.poll() is not None:
-                raise RuntimeError("worker %s exited early:\n%s" % (worker.pid, worker.output()))
-            if time.monotonic() > deadline:
-                raise RuntimeError("worker %s never started:\n%s" % (worker.pid, worker.output()))
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND query ILIKE 'LISTEN %%'"
-            )
-            if cursor.fetchone()[0] >= len(workers):
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError("workers never LISTENed")
-        time.sleep(0.02)
+    def on_line(self, line: str) -> None:
+        for mark in ("audience frozen", "batch sending"):
+            if mark in line:
+                self.marks.setdefault(mark, dt.datetime.now(dt.UTC))
 
 
 # -- CPU accounting --------------------------------------------------------------------------
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu(pid: int) -> float:
-    """Return user+system CPU seconds of process ``pid`` (all threads), 0 if gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def machine_cpu() -> tuple[float, float]:
-    """Return (busy, total) jiffies of the whole machine."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + values[4]
-    return sum(values[:8]) - idle, sum(values[:8])
 
 
 class BackendCpu:
@@ -378,56 +284,7 @@ class BackendCpu:
         )
 
 
-def transactions() -> int:
-    """Return the transactions committed or rolled back on this database so far."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
-            "WHERE datname = current_database()"
-        )
-        return cursor.fetchone()[0]
-
-
 # -- py-spy (BENCH_PROFILE) --------------------------------------------------------------------
-
-
-class Profiler:
-    """py-spy attached to a worker, writing collapsed stacks (raw format)."""
-
-    def __init__(self, pid: int, path: Path) -> None:
-        py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-        self.path = path
-        self.proc = subprocess.Popen(
-            [
-                py_spy,
-                "record",
-                "--pid",
-                str(pid),
-                "--rate",
-                "200",
-                "--format",
-                "raw",
-                "--nonblocking",
-                "--idle",  # a lane mostly waits for PostgreSQL: keep those samples
-                "--output",
-                str(path),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 #: Frames whose inclusive share says where a lane spends its time.
@@ -447,11 +304,6 @@ LANE_FRAMES = [
 ]
 
 
-def _frame_name(frame: str) -> str:
-    frame = re.sub(r":\d+\)$", ")", frame)
-    return frame.replace(str(REPO) + "/", "").replace(sys.prefix + "/", "")
-
-
 def summarise_profile(path: Path, top: int = 14) -> str:
     """Return where the sampled worker spent its time, in the threads that ran a lane."""
     incl: collections.Counter[str] = collections.Counter()
@@ -461,14 +313,10 @@ def summarise_profile(path: Path, top: int = 14) -> str:
         text = path.read_text()
     except OSError as exc:
         return "%s: no profile (%s)\n" % (path.name, exc)
-    for line in text.splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not count_text.isdigit():
-            continue
-        frames = [_frame_name(f) for f in stack.split(";")]
+    for raw_frames, count in collapsed_stacks(text):
+        frames = [frame_name(f) for f in raw_frames]
         if not any(f.startswith("run_lane ") for f in frames):
             continue  # the claim loop, listener, heartbeat: not the send
-        count = int(count_text)
         total += count
         leaf[frames[-1]] += count
         for frame in set(frames):
@@ -522,7 +370,13 @@ def bench_send(
         )
         if profile_dir:
             profile_dir.mkdir(parents=True, exist_ok=True)
-            profilers = [Profiler(w.pid, profile_dir / ("send-%s.txt" % w.pid)) for w in workers]
+            # --idle: a lane mostly waits for PostgreSQL, keep those samples.
+            profilers = [
+                Profiler(
+                    w.pid, profile_dir / ("send-%s.txt" % w.pid), rate=200, idle=True, threads=False
+                )
+                for w in workers
+            ]
             time.sleep(1.0)  # let py-spy attach
         backends = BackendCpu()
         backends.start()
@@ -608,47 +462,6 @@ def bench_send(
 # -- results ---------------------------------------------------------------------------------
 
 
-def machine_description() -> dict[str, str]:
-    import django
-    import psycopg
-    from django.db import connection
-
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo") as f:
-        mem_kb = int(f.readline().split()[1])
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        pg = cursor.fetchone()[0]
-        cursor.execute("SHOW synchronous_commit")
-        sync = cursor.fetchone()[0]
-        cursor.execute("SHOW shared_buffers")
-        buffers = cursor.fetchone()[0]
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "scheduler_app"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    return {
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "ram": "%.1f GiB" % (mem_kb / 1024 / 1024),
-        "postgresql": "%s (synchronous_commit=%s, shared_buffers=%s, same machine)"
-        % (pg, sync, buffers),
-        "python": platform.python_version(),
-        "django": django.get_version(),
-        "psycopg": psycopg.__version__,
-        "git": (head or "not a git checkout")
-        + (" (scheduler_app has uncommitted changes)" if dirty else ""),
-        "load": "%.2f %.2f %.2f" % os.getloadavg(),
-    }
-
-
 def write_results(
     path: Path,
     when: dt.datetime,
@@ -672,24 +485,12 @@ def write_results(
             params["lanes"],
             params["chunk"],
             params["concurrency"],
-            " (PROFILED: py-spy attached, figures perturbed)" if params["profile"] else "",
+            PROFILED_NOTE if params["profile"] else "",
         )
         + (" history=1" if params["history"] else ""),
         "",
         *(["Variant: %s" % params["label"], ""] if params["label"] else []),
-        "Machine: %s, %s cores, %s RAM; PostgreSQL %s; Python %s, Django %s, psycopg %s; "
-        "git %s; load average at start %s."
-        % (
-            machine["cpu"],
-            machine["cores"],
-            machine["ram"],
-            machine["postgresql"],
-            machine["python"],
-            machine["django"],
-            machine["psycopg"],
-            machine["git"],
-            machine["load"],
-        ),
+        machine_line(machine),
         "",
         "| measure | result |",
         "|---|---|",
@@ -746,13 +547,12 @@ def write_results(
             "```",
             "",
         ]
-    if not path.exists():
-        path.write_text(
-            "# bench/sends.py results\n\nEach run appends a section; see the docstring of "
-            "bench/sends.py for what is measured and how.\n"
-        )
-    with path.open("a") as f:
-        f.write("\n".join(lines))
+    append_results(
+        path,
+        "# bench/sends.py results\n\nEach run appends a section; see the docstring of "
+        "bench/sends.py for what is measured and how.\n",
+        "\n".join(lines),
+    )
 
 
 def main() -> None:
@@ -787,8 +587,8 @@ def main() -> None:
     )
 
     recreate_database(url)
-    setup_django(url, lanes)
-    machine = machine_description()
+    setup_django_with_lanes(url, lanes)
+    machine = machine_description(("synchronous_commit", "shared_buffers"))
 
     populate_s = populate(audience, recipients)
     print("populate: %s customers in %.1f s" % (audience, populate_s), flush=True)

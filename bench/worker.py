@@ -41,19 +41,31 @@ import inspect
 import json
 import multiprocessing
 import os
-import platform
-import re
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-REPO = Path(__file__).resolve().parent.parent
+from harness import (
+    PROFILED_NOTE,
+    REPO,
+    Profiler,
+    append_results,
+    collapsed_stacks,
+    env_int,
+    frame_name,
+    machine_cpu,
+    machine_description,
+    machine_line,
+    migrate,
+    process_cpu,
+    recreate_database,
+    setup_django,
+    transactions,
+    wait_ready,
+)
+from harness import WorkerProcess as BaseWorkerProcess
+
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_worker"
 
 PICKUP_JOBS = 200
@@ -64,46 +76,6 @@ RAW_ROUNDS = 3
 POLL = 0.020
 
 
-def env_int(name: str, default: int) -> int:
-    value = int(os.environ.get(name, default))
-    if value < 1:
-        raise SystemExit("%s must be at least 1" % name)
-    return value
-
-
-# -- database set-up -----------------------------------------------------------
-
-
-def recreate_database(url: str) -> None:
-    """DROP and CREATE the database ``url`` names, through the ``postgres`` database."""
-    import psycopg
-    from psycopg import sql
-
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    if not name or name in ("postgres", "template0", "template1"):
-        raise SystemExit("refusing to drop database %r" % name)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-
-
-def setup_django(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
-    os.environ.setdefault("LOG_LEVEL", "WARNING")  # this process's own scheduler_app logs
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
-    import django
-    from django.core.management import call_command
-
-    django.setup()
-    call_command("migrate", verbosity=0, interactive=False)
-
-
 # -- runworker subprocesses ------------------------------------------------------
 
 
@@ -111,101 +83,18 @@ def setup_django(url: str) -> None:
 EXPECTED_LOG_LINES = ("worker started", "worker summary", "worker stopped", "stopping:")
 
 
-class WorkerProcess:
-    """A ``runworker`` subprocess whose merged stdout/stderr a thread reads."""
+class WorkerProcess(BaseWorkerProcess):
+    """A ``manage.py runworker`` subprocess whose merged stdout/stderr a thread reads."""
 
     def __init__(self, url: str, *args: str) -> None:
-        env = {
-            **os.environ,
-            "DATABASE_URL": url,
-            "PYTHONUNBUFFERED": "1",
-            # INFO, not WARNING: the "worker started" line this bench waits for
-            # is logged at INFO. A worker logs nothing per job at INFO, only
-            # start, stop and a summary every SUMMARY_INTERVAL (5 s here).
-            "LOG_LEVEL": "INFO",
-        }
-        self.proc = subprocess.Popen(
+        super().__init__(
             [sys.executable, "-m", "django", "runworker", "--settings=tests.settings", *args],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            {"DATABASE_URL": url},
+            keep_lines=200,
         )
-        self.pid = self.proc.pid
-        self.started = threading.Event()
-        self.lines: collections.deque[str] = collections.deque(maxlen=200)
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if "worker started" in line:
-                self.started.set()
-
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._reader.join(2)
-
-
-def wait_ready(workers: list[WorkerProcess], timeout: float = 60.0) -> None:
-    """Wait for every worker's "worker started" line and its LISTEN connection."""
-    from django.db import connection
-
-    deadline = time.monotonic() + timeout
-    for worker in workers:
-        while not worker.started.wait(0.05):
-            if worker.proc.poll() is not None:
-                raise RuntimeError("worker %s exited early:\n%s" % (worker.pid, worker.output()))
-            if time.monotonic() > deadline:
-                raise RuntimeError("worker %s never started:\n%s" % (worker.pid, worker.output()))
-    # The listener thread starts just before the log line; wait for its LISTEN.
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND query ILIKE 'LISTEN %%'"
-            )
-            if cursor.fetchone()[0] >= len(workers):
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError("workers never LISTENed")
-        time.sleep(0.02)
 
 
 # -- CPU accounting ----------------------------------------------------------------
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def process_cpu(pid: int) -> float:
-    """Return user+system CPU seconds of process ``pid`` (all threads), 0 if gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def machine_cpu() -> tuple[float, float]:
-    """Return (busy, total) jiffies of the whole machine."""
-    with open("/proc/stat") as f:
-        values = [int(v) for v in f.readline().split()[1:]]
-    idle = values[3] + values[4]
-    total = sum(values[:8])
-    return total - idle, total
 
 
 def backend_pids() -> list[int]:
@@ -218,18 +107,6 @@ def backend_pids() -> list[int]:
             "AND pid <> pg_backend_pid()"
         )
         return [row[0] for row in cursor.fetchall()]
-
-
-def transactions() -> int:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
-            "WHERE datname = current_database()"
-        )
-        return cursor.fetchone()[0]
 
 
 class CpuMeter:
@@ -260,47 +137,6 @@ class CpuMeter:
 
 
 # -- py-spy profiling (BENCH_PROFILE) -------------------------------------------------
-
-
-class Profiler:
-    """py-spy attached to a worker, writing collapsed stacks (raw format) per thread."""
-
-    def __init__(self, pid: int, path: Path, *, idle: bool) -> None:
-        py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-        args = [
-            py_spy,
-            "record",
-            "--pid",
-            str(pid),
-            "--rate",
-            "100",
-            "--format",
-            "raw",
-            "--threads",
-            "--nonblocking",
-            "--output",
-            str(path),
-        ]
-        if idle:
-            args.append("--idle")
-        self.path = path
-        self.proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def _frame_name(frame: str) -> str:
-    frame = re.sub(r":\d+\)$", ")", frame)  # drop line numbers
-    return frame.replace(str(REPO) + "/", "").replace(sys.prefix + "/", "")
 
 
 def _thread_group(name: str) -> str:
@@ -337,16 +173,11 @@ def summarise_profile(path: Path, title: str, top: int = 16) -> str:
         text = path.read_text()
     except OSError as exc:
         return "%s: no profile (%s)\n" % (title, exc)
-    for line in text.splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        count = int(count_text)
-        frames = stack.split(";")
+    for frames, count in collapsed_stacks(text):
         thread = ""
         if frames[0].startswith("thread ("):
             thread = frames.pop(0).partition("): ")[2]
-        frames = [_frame_name(f) for f in frames]
+        frames = [frame_name(f) for f in frames]
         group = _thread_group(thread)
         g = groups.setdefault(group, {"self": collections.Counter(), "incl": collections.Counter()})
         totals[group] += count
@@ -441,7 +272,9 @@ def bench_drain(
                 # Worker 1: wall-clock (idle included); the others: on-CPU samples only.
                 idle = i == 0
                 name = "worker%d-%s.txt" % (i + 1, "wall" if idle else "cpu")
-                profilers.append(Profiler(worker.pid, profile_dir / name, idle=idle))
+                profilers.append(
+                    Profiler(worker.pid, profile_dir / name, rate=100, idle=idle, threads=True)
+                )
             time.sleep(1.5)  # let py-spy attach
         meter = CpuMeter([w.pid for w in workers])
         meter.start()
@@ -687,9 +520,13 @@ def _plan_text(node: dict) -> str:
     return text
 
 
-def _explain(cursor, sql: str, params) -> dict:  # type: ignore[no-untyped-def]
-    cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
-    raw = cursor.fetchone()[0]
+def _explain(cursor_class, sql: str, params) -> dict:  # type: ignore[no-untyped-def]
+    """EXPLAIN ANALYZE ``sql`` on a cursor of the class it was sent with."""
+    from django.db import connection
+
+    with cursor_class(connection.connection) as cursor:
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
+        raw = cursor.fetchone()[0]
     doc = (json.loads(raw) if isinstance(raw, str) else raw)[0]
     nodes = list(_plan_nodes(doc["Plan"]))
     sorted_rows = max(
@@ -712,19 +549,31 @@ def _explain(cursor, sql: str, params) -> dict:  # type: ignore[no-untyped-def]
 
 def _sent_statement(call):  # type: ignore[no-untyped-def]
     """Run ``call()`` in a savepoint that is rolled back; return its result and the last
-    (sql, params) it sent, so the very statement scheduler_app builds can be EXPLAINed."""
-    from django.db import connection, transaction
+    statement it sent as (sql, params, cursor class), so that the very statement
+    scheduler_app builds can be EXPLAINed the way it was sent.
+
+    Captured at the psycopg level, so it sees statements sent on a Django cursor
+    (client-side binding) and on a bare psycopg cursor (server-side binding) alike.
+    """
+    import psycopg
+    from django.db import transaction
 
     sent: list = []
+    original = psycopg.Cursor.execute
 
-    def capture(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
-        sent.append((sql, params))
-        return execute(sql, params, many, context)
+    def capture(cursor, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append((query, params, type(cursor)))
+        return original(cursor, query, params, **kwargs)
 
     with transaction.atomic():
-        with connection.execute_wrapper(capture):
+        psycopg.Cursor.execute = capture  # type: ignore[method-assign]
+        try:
             result = call()
+        finally:
+            psycopg.Cursor.execute = original  # type: ignore[method-assign]
         transaction.set_rollback(True)
+    if not sent:
+        raise RuntimeError("%r sent no statement through psycopg.Cursor.execute" % call)
     return result, sent[-1]
 
 
@@ -750,7 +599,7 @@ def explain_statements(jobs: int, limit: int) -> dict:
     from scheduler_app.worker.execution import ClaimedJob, Finish
 
     out: dict = {"backlog": jobs, "limit": limit}
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
         schedule_many("tests.noop", [None] * jobs)
         now = clock.now()
         known = {
@@ -760,8 +609,10 @@ def explain_statements(jobs: int, limit: int) -> dict:
             "now": now,
             "lease": now + dt.timedelta(seconds=30),
         }
-        _, (claim_sql, claim_params) = _sent_statement(lambda: _call_with(pg.claim_jobs, known))
-        out["claim"] = _explain(cursor, claim_sql, claim_params)
+        _, (claim_sql, claim_params, claim_cursor) = _sent_statement(
+            lambda: _call_with(pg.claim_jobs, known)
+        )
+        out["claim"] = _explain(claim_cursor, claim_sql, claim_params)
         rows = _call_with(pg.claim_jobs, known)
         finishes = [
             Finish(
@@ -772,7 +623,7 @@ def explain_statements(jobs: int, limit: int) -> dict:
             ).as_row()
             for r in rows
         ]
-        _, (finish_sql, finish_params) = _sent_statement(
+        _, (finish_sql, finish_params, finish_cursor) = _sent_statement(
             lambda: pg.finish_jobs(finishes, worker="bench")
         )
         out["finish_rows"] = len(rows)
@@ -783,11 +634,11 @@ def explain_statements(jobs: int, limit: int) -> dict:
         )
         if guarded != finish_sql:
             with transaction.atomic():
-                out["finish_pkey"] = _explain(cursor, guarded, finish_params)
+                out["finish_pkey"] = _explain(finish_cursor, guarded, finish_params)
                 transaction.set_rollback(True)
         else:
             out["finish_pkey"] = None
-        out["finish"] = _explain(cursor, finish_sql, finish_params)
+        out["finish"] = _explain(finish_cursor, finish_sql, finish_params)
         transaction.set_rollback(True)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -833,46 +684,6 @@ def format_explain(e: dict) -> str:
 # -- reporting ---------------------------------------------------------------------------------
 
 
-def machine_description() -> dict[str, str]:
-    import django
-    import psycopg
-    from django.db import connection
-
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    with open("/proc/meminfo") as f:
-        mem_kb = int(f.readline().split()[1])
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        pg = cursor.fetchone()[0]
-        cursor.execute("SHOW synchronous_commit")
-        sync = cursor.fetchone()[0]
-    head = (
-        os.environ.get("BENCH_REVISION")
-        or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-    )
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "scheduler_app"], cwd=REPO, capture_output=True, text=True
-    ).stdout.strip()
-    return {
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "ram": "%.1f GiB" % (mem_kb / 1024 / 1024),
-        "postgresql": "%s (synchronous_commit=%s, same machine)" % (pg, sync),
-        "python": platform.python_version(),
-        "django": django.get_version(),
-        "psycopg": psycopg.__version__,
-        "git": head + (" (scheduler_app has uncommitted changes)" if dirty else ""),
-        "load": "%.2f %.2f %.2f" % os.getloadavg(),
-    }
-
-
 def write_results(
     path: Path,
     when: dt.datetime,
@@ -896,22 +707,10 @@ def write_results(
             params["workers"],
             params["concurrency"],
             params["batch"],
-            " (PROFILED: py-spy attached, figures perturbed)" if params["profile"] else "",
+            PROFILED_NOTE if params["profile"] else "",
         ),
         "",
-        "Machine: %s, %s cores, %s RAM; PostgreSQL %s; Python %s, Django %s, psycopg %s; "
-        "git %s; load average at start %s."
-        % (
-            machine["cpu"],
-            machine["cores"],
-            machine["ram"],
-            machine["postgresql"],
-            machine["python"],
-            machine["django"],
-            machine["psycopg"],
-            machine["git"],
-            machine["load"],
-        ),
+        machine_line(machine),
         "",
         "| measure | result |",
         "|---|---|",
@@ -1000,13 +799,12 @@ def write_results(
             "",
             "</details>",
         ]
-    if not path.exists():
-        path.write_text(
-            "# Worker benchmark results\n\nAppended by `python bench/worker.py`; "
-            "see bench/README.md.\n"
-        )
-    with path.open("a") as f:
-        f.write("\n".join(lines) + "\n")
+    append_results(
+        path,
+        "# Worker benchmark results\n\nAppended by `python bench/worker.py`; "
+        "see bench/README.md.\n",
+        "\n".join(lines) + "\n",
+    )
 
 
 def main() -> None:
@@ -1033,7 +831,8 @@ def main() -> None:
 
     recreate_database(url)
     setup_django(url)
-    machine = machine_description()
+    migrate()
+    machine = machine_description(("synchronous_commit",), os.environ.get("BENCH_REVISION", ""))
 
     from django.db import connection
 
