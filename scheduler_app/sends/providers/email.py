@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import smtplib
+from typing import Any
 
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.core.mail.utils import DNS_NAME
 
 from scheduler_app.sends.providers import PermanentSendError, TransientSendError
 from scheduler_app.sends.rendering import Message
+
+
+def default_mail_connection() -> Any:
+    """Return a connection to the project's default mailer (MAILERS on Django 6.1+)."""
+    try:
+        from django.core.mail import mailers  # Django 6.1+, where get_connection() is deprecated
+    except ImportError:
+        return get_connection()
+    return mailers.default
 
 
 def message_id_for(idempotency_key: str, domain: str | None = None) -> str:
@@ -26,7 +36,7 @@ class DjangoEmailProvider:
     """
 
     def __init__(self) -> None:
-        self.connection = get_connection()
+        self.connection = default_mail_connection()
 
     def send(self, message: Message, idempotency_key: str) -> str:
         message_id = message_id_for(idempotency_key)
