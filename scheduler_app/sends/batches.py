@@ -187,14 +187,7 @@ def cancel_batch(batch_id: int, *, by: Any = None, reason: str = "") -> bool:
         reason,
     )
     if changed:
-        Job.objects.pending().filter(
-            task_name=SEND_BATCH_TASK, unique_key__startswith=_lane_prefix(batch_id)
-        ).update(
-            status=Job.Status.CANCELLED,
-            cancelled_at=clock.now(),
-            finished_at=clock.now(),
-            cancelled_by=as_user(by),
-        )
+        _cancel_pending_lanes(batch_id, by=by, now=clock.now())
         record("batch", str(batch_id), "cancel", by=by, reason=reason)
     return changed
 
@@ -223,11 +216,7 @@ def undo_batch(batch_id: int, *, by: Any = None) -> UndoOutcome:
         status_changed_at=now,
         status_reason="Undone.",
     ):
-        Job.objects.pending().filter(
-            task_name=SEND_BATCH_TASK, unique_key__startswith=_lane_prefix(batch_id)
-        ).update(
-            status=Job.Status.CANCELLED, cancelled_at=now, finished_at=now, cancelled_by=as_user(by)
-        )
+        _cancel_pending_lanes(batch_id, by=by, now=now)
         record("batch", str(batch_id), "undo", by=by)
         return UndoOutcome(cancelled=True, status=Status.CANCELLED)
     batch = SendBatch.objects.get(pk=batch_id)
@@ -346,6 +335,15 @@ def _enqueue_lanes(batch: SendBatch, start: dt.datetime) -> None:
         ],
         queue=app_settings.SEND_QUEUE,
         owner=batch.owner,
+    )
+
+
+def _cancel_pending_lanes(batch_id: int, *, by: Any, now: dt.datetime) -> None:
+    """Cancel the batch's lane jobs that have not started; running lanes stop on their own."""
+    Job.objects.pending().filter(
+        task_name=SEND_BATCH_TASK, unique_key__startswith=_lane_prefix(batch_id)
+    ).update(
+        status=Job.Status.CANCELLED, cancelled_at=now, finished_at=now, cancelled_by=as_user(by)
     )
 
 
