@@ -173,9 +173,11 @@ ON CONFLICT (batch_id, recipient_key) DO NOTHING
 """
 """Snapshot an audience server-side; the first row of a recipient key wins."""
 
+BATCH = "scheduler_app_sendbatch"
+
 CLAIM_RECIPIENTS = f"""
 UPDATE {RECIPIENT} AS r
-SET claimed_by = %(claim)s, claimed_until = %(until)s, attempts = r.attempts + 1
+SET claimed_by = %(claim)s, claimed_until = %(until)s
 FROM (
     SELECT id FROM {RECIPIENT}
     WHERE batch_id = %(batch)s AND status = 'pending' AND NOT is_seed
@@ -188,28 +190,56 @@ WHERE r.id = due.id
 RETURNING r.id, r.recipient_key, r.address, r.timezone, r.context::text, r.attempts
 """
 """Claim a chunk of a batch's due recipients, earliest due first; SKIP LOCKED so workers
-share a batch. Only the partial index scheduler_recipient_due gives this order, so the
-plan does not depend on statistics that know nothing yet of a batch just frozen."""
+share a batch. No attempt is charged here: BEGIN_RECIPIENT charges the one being sent.
+Only the partial index scheduler_recipient_due gives this order, so the plan does not
+depend on statistics that know nothing yet of a batch just frozen."""
+
+BEGIN_RECIPIENT = f"""
+UPDATE {RECIPIENT}
+SET attempts = attempts + 1, claimed_until = %(until)s
+WHERE id = %(id)s AND claimed_by = %(claim)s AND status = 'pending'
+RETURNING attempts
+"""
+"""Check that the claim still owns one recipient, charge it the attempt about to be made,
+and extend its claim over the provider call. No row: another lane took it over."""
+
+EXTEND_CLAIMS = f"""
+UPDATE {RECIPIENT} SET claimed_until = %(until)s
+WHERE id = ANY(%(ids)s) AND claimed_by = %(claim)s AND status = 'pending'
+"""
+"""Keep the not yet sent rest of a chunk claimed while the lane works through it."""
 
 MARK_RECIPIENTS = f"""
-UPDATE {RECIPIENT} AS r
-SET status = v.status, sent_at = v.sent_at, provider_message_id = v.message_id,
-    last_error = v.error, next_attempt_at = COALESCE(v.next_attempt_at, r.next_attempt_at),
-    attempts = r.attempts - v.refund, claimed_by = '', claimed_until = NULL
-FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
-            %s::timestamptz[], %s::int[])
-     AS v(id, status, sent_at, message_id, error, next_attempt_at, refund)
-WHERE r.id = ANY(%s::bigint[]) AND r.id = v.id AND r.status = 'pending'
-  AND r.claimed_by = (SELECT %s::text)
-RETURNING v.status
+WITH marked AS (
+    UPDATE {RECIPIENT} AS r
+    SET status = v.status, sent_at = v.sent_at, provider_message_id = v.message_id,
+        last_error = v.error, next_attempt_at = COALESCE(v.next_attempt_at, r.next_attempt_at),
+        attempts = r.attempts - v.refund, claimed_by = '', claimed_until = NULL
+    FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
+                %s::timestamptz[], %s::int[])
+         AS v(id, status, sent_at, message_id, error, next_attempt_at, refund)
+    WHERE r.id = ANY(%s::bigint[]) AND r.id = v.id AND r.status = 'pending'
+      AND r.claimed_by = (SELECT %s::text)
+    RETURNING v.status
+), counted AS (
+    UPDATE {BATCH} AS b
+    SET sent = b.sent + c.sent, failed = b.failed + c.failed, skipped = b.skipped + c.skipped,
+        lane_errors = 0
+    FROM (SELECT count(*) FILTER (WHERE status = 'sent') AS sent,
+                 count(*) FILTER (WHERE status = 'failed') AS failed,
+                 count(*) FILTER (WHERE status = 'skipped') AS skipped
+          FROM marked) AS c
+    WHERE b.id = %s AND c.sent + c.failed + c.skipped > 0
+)
+SELECT status FROM marked
 """
-"""Record a chunk's outcomes, fenced by the claim: an expired claim changes nothing.
+"""Record outcomes and the batch's counters in one statement, fenced by the claim: an
+expired claim changes nothing. A marked recipient also resets the batch's lane errors.
 
-``r.id = ANY(ids)`` lets the primary key find the chunk's rows. The claim is
-compared through an InitPlan: compared to a literal, its selectivity comes
-from statistics in which every row is unclaimed, the planner expects one row,
-scans the whole table and rescans the chunk's arrays for each row it finds
-(a nested loop quadratic in the chunk size)."""
+``r.id = ANY(ids)`` lets the primary key find the rows. The claim is compared through
+an InitPlan: compared to a literal, its selectivity comes from statistics in which every
+row is unclaimed, the planner expects one row, scans the whole table and rescans the
+arrays for each row it finds (a nested loop quadratic in the number of rows)."""
 
 
 def freeze_recipients(
@@ -250,14 +280,30 @@ def claim_recipients(
         return cursor.fetchall()
 
 
-def mark_recipients(rows: Sequence[Sequence], *, claim: str) -> list[str]:
+def begin_recipient(*, recipient_id: int, claim: str, until: dt.datetime) -> int | None:
+    """Charge the attempt about to be made if ``claim`` still owns the recipient; return it."""
+    with bound_cursor() as cursor:
+        cursor.execute(BEGIN_RECIPIENT, {"id": recipient_id, "claim": claim, "until": until})
+        row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+def extend_claims(*, recipient_ids: Sequence[int], claim: str, until: dt.datetime) -> int:
+    """Extend ``claim`` on those of ``recipient_ids`` it still holds; return how many."""
+    with bound_cursor() as cursor:
+        cursor.execute(EXTEND_CLAIMS, {"ids": list(recipient_ids), "claim": claim, "until": until})
+        return cursor.rowcount
+
+
+def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> list[str]:
     """Record (id, status, sent_at, message_id, error, next_attempt_at, refund) rows.
 
-    Returns the statuses of the rows that still held our claim.
+    Adds the sent, failed and skipped ones to the batch's counters. Returns the
+    statuses of the rows that still held our claim.
     """
     if not rows:
         return []
     columns = [list(column) for column in zip(*rows, strict=True)]
     with bound_cursor() as cursor:
-        cursor.execute(MARK_RECIPIENTS, [*columns, columns[0], claim])
+        cursor.execute(MARK_RECIPIENTS, [*columns, columns[0], claim, batch_id])
         return [row[0] for row in cursor.fetchall()]

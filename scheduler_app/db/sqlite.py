@@ -192,7 +192,7 @@ ON CONFLICT (batch_id, recipient_key) DO NOTHING
 
 CLAIM_RECIPIENTS = f"""
 UPDATE {RECIPIENT}
-SET claimed_by = %s, claimed_until = %s, attempts = attempts + 1
+SET claimed_by = %s, claimed_until = %s
 WHERE id IN (
     SELECT id FROM {RECIPIENT}
     WHERE batch_id = %s AND status = 'pending' AND NOT is_seed
@@ -201,6 +201,23 @@ WHERE id IN (
     LIMIT %s
 )
 RETURNING id, recipient_key, address, timezone, context, attempts
+"""
+
+BEGIN_RECIPIENT = f"""
+UPDATE {RECIPIENT} SET attempts = attempts + 1, claimed_until = %s
+WHERE id = %s AND claimed_by = %s AND status = 'pending'
+RETURNING attempts
+"""
+
+EXTEND_CLAIMS = f"""
+UPDATE {RECIPIENT} SET claimed_until = %s
+WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
+"""
+
+COUNT_MARKED = """
+UPDATE scheduler_app_sendbatch
+SET sent = sent + %s, failed = failed + %s, skipped = skipped + %s, lane_errors = 0
+WHERE id = %s
 """
 
 MARK_RECIPIENT = f"""
@@ -248,12 +265,32 @@ def claim_recipients(
         return cursor.fetchall()
 
 
-def mark_recipients(rows: Sequence[Sequence], *, claim: str) -> list[str]:
-    """Record outcome rows; return the statuses of rows that still held our claim."""
+def begin_recipient(*, recipient_id: int, claim: str, until: dt.datetime) -> int | None:
+    """Charge the attempt about to be made if ``claim`` still owns the recipient; return it."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(BEGIN_RECIPIENT, [adapt(until), recipient_id, claim])
+        row = cursor.fetchone()
+    return None if row is None else row[0]
+
+
+def extend_claims(*, recipient_ids: Sequence[int], claim: str, until: dt.datetime) -> int:
+    """Extend ``claim`` on those of ``recipient_ids`` it still holds; return how many."""
+    if not recipient_ids:
+        return 0
+    adapt = connection.ops.adapt_datetimefield_value
+    sql = EXTEND_CLAIMS.replace("{ids}", ", ".join(["%s"] * len(recipient_ids)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [adapt(until), *recipient_ids, claim])
+        return cursor.rowcount
+
+
+def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> list[str]:
+    """Record outcome rows and the batch's counters; return the statuses of rows still ours."""
     adapt = connection.ops.adapt_datetimefield_value
     kept = []
     with transaction.atomic(), connection.cursor() as cursor:
-        for job_id, status, sent_at, message_id, error, next_attempt_at, refund in rows:
+        for recipient_id, status, sent_at, message_id, error, next_attempt_at, refund in rows:
             cursor.execute(
                 MARK_RECIPIENT,
                 [
@@ -263,10 +300,13 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str) -> list[str]:
                     error,
                     adapt(next_attempt_at),
                     refund,
-                    job_id,
+                    recipient_id,
                     claim,
                 ],
             )
             if cursor.rowcount:
                 kept.append(status)
+        counts = [kept.count(status) for status in ("sent", "failed", "skipped")]
+        if any(counts):
+            cursor.execute(COUNT_MARKED, [*counts, batch_id])
     return kept

@@ -74,6 +74,8 @@ class SendBatch(models.Model):
     sent = models.PositiveIntegerField(default=0, editable=False)
     failed = models.PositiveIntegerField(default=0, editable=False)
     skipped = models.PositiveIntegerField(default=0, editable=False)
+    # Lane errors (not crashes) in a row with nothing marked; the batch pauses at a limit.
+    lane_errors = models.PositiveIntegerField(default=0, db_default=0, editable=False)
 
     frozen_at = models.DateTimeField(null=True, blank=True, editable=False)
     started_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -15,6 +15,8 @@ import logging
 from typing import Any
 
 from django.db import transaction
+from django.db.models import CharField, QuerySet, Value
+from django.db.models.functions import Cast, Concat
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
@@ -23,6 +25,7 @@ from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.schedules.per_item import local_run_time
 from scheduler_app.scheduling import JobRequest, schedule, schedule_many
+from scheduler_app.sends import states
 from scheduler_app.sends.audience import freeze, get_audience
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK
 from scheduler_app.sends.providers import get_provider
@@ -133,7 +136,7 @@ def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] =
             raise BatchStateError(
                 "Only a draft can be scheduled; this batch is %s." % _status(batch)
             )
-        _enqueue_lanes(batch, start)
+        enqueue_lanes(batch, start)
         record("batch", str(batch.pk), "schedule", by=by, reason=", ".join(relax))
     logger.info(
         "batch scheduled batch=%s start=%s timezone=%s undo_deadline=%s",
@@ -150,10 +153,7 @@ def pause_batch(batch_id: int, *, by: Any = None, reason: str) -> bool:
     """Pause a scheduled or sending batch; lanes stop before their next chunk."""
     if not reason or not reason.strip():
         raise ValidationError("A reason is required to pause.")
-    changed = _transition(batch_id, (Status.SCHEDULED, Status.SENDING), Status.PAUSED, by, reason)
-    if changed:
-        record("batch", str(batch_id), "pause", by=by, reason=reason)
-    return changed
+    return states.pause(batch_id, by=by, reason=reason)
 
 
 def resume_batch(batch_id: int, *, by: Any = None) -> bool:
@@ -161,7 +161,7 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
     with transaction.atomic():
         batch = SendBatch.objects.select_for_update().get(pk=batch_id)
         target = Status.SENDING if batch.started_at else Status.SCHEDULED
-        if not _transition(batch_id, (Status.PAUSED,), target, by, ""):
+        if not states.transition(batch_id, (Status.PAUSED,), target, by=by):
             raise BatchStateError(
                 "Only a paused batch can be resumed; this batch is %s." % _status(batch)
             )
@@ -172,19 +172,19 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
             if batch.undo_deadline is not None:
                 margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
                 start = max(start, batch.undo_deadline + margin)
-        _enqueue_lanes(batch, start)
+        enqueue_lanes(batch, start)
         record("batch", str(batch_id), "resume", by=by)
     return True
 
 
 def cancel_batch(batch_id: int, *, by: Any = None, reason: str = "") -> bool:
     """Cancel a batch that has not finished; the markers stay as the record of what went out."""
-    changed = _transition(
+    changed = states.transition(
         batch_id,
         (Status.DRAFT, Status.SCHEDULED, Status.SENDING, Status.PAUSED),
         Status.CANCELLED,
-        by,
-        reason,
+        by=by,
+        reason=reason,
     )
     if changed:
         _cancel_pending_lanes(batch_id, by=by, now=clock.now())
@@ -321,7 +321,8 @@ def send_message(
     )
 
 
-def _enqueue_lanes(batch: SendBatch, start: dt.datetime) -> None:
+def enqueue_lanes(batch: SendBatch, start: dt.datetime) -> None:
+    """Schedule the batch's SEND_LANES lane jobs to start at ``start``."""
     token = clock.now().strftime("%Y%m%dT%H%M%S.%f")
     schedule_many(
         SEND_BATCH_TASK,
@@ -329,7 +330,7 @@ def _enqueue_lanes(batch: SendBatch, start: dt.datetime) -> None:
             JobRequest(
                 payload={"batch": batch.pk},
                 at=start,
-                unique_key="%s%s:%s" % (_lane_prefix(batch.pk), lane, token),
+                unique_key="%s%s:%s" % (lane_key_prefix(batch.pk), lane, token),
             )
             for lane in range(app_settings.SEND_LANES)
         ],
@@ -340,26 +341,31 @@ def _enqueue_lanes(batch: SendBatch, start: dt.datetime) -> None:
 
 def _cancel_pending_lanes(batch_id: int, *, by: Any, now: dt.datetime) -> None:
     """Cancel the batch's lane jobs that have not started; running lanes stop on their own."""
-    Job.objects.pending().filter(
-        task_name=SEND_BATCH_TASK, unique_key__startswith=_lane_prefix(batch_id)
-    ).update(
+    lane_jobs(batch_id).filter(status=Job.Status.PENDING).update(
         status=Job.Status.CANCELLED, cancelled_at=now, finished_at=now, cancelled_by=as_user(by)
     )
 
 
-def _lane_prefix(batch_id: int) -> str:
+def lane_jobs(batch_id: int | Any) -> QuerySet[Job]:
+    """Return the batch's lane jobs; ``batch_id`` may be an OuterRef."""
+    if isinstance(batch_id, int):
+        prefix: Any = lane_key_prefix(batch_id)
+    else:
+        prefix = Concat(Value("batch:"), Cast(batch_id, CharField()), Value(":lane:"))
+    return Job.objects.filter(task_name=SEND_BATCH_TASK, unique_key__startswith=prefix)
+
+
+def lane_key_prefix(batch_id: int) -> str:
+    """Return the unique_key prefix of the batch's lane jobs."""
     return "batch:%s:lane:" % batch_id
 
 
-def _transition(batch_id: int, sources: tuple[str, ...], target: str, by: Any, reason: str) -> bool:
-    return bool(
-        SendBatch.objects.filter(pk=batch_id, status__in=sources).update(
-            status=target,
-            status_reason=reason,
-            status_changed_by=as_user(by),
-            status_changed_at=clock.now(),
-        )
-    )
+def earliest_start(batch: SendBatch) -> dt.datetime | None:
+    """Return when a scheduled batch may start: its send time, after its undo window + margin."""
+    starts = [batch.scheduled_at] if batch.scheduled_at else []
+    if batch.undo_deadline is not None:
+        starts.append(batch.undo_deadline + dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN))
+    return max(starts) if starts else None
 
 
 def _status(batch: SendBatch) -> str:

@@ -1,33 +1,40 @@
-"""Delivery: lanes of a batch claim chunks of recipients and send them.
+"""Delivery: lanes of a batch claim chunks of recipients and send them one at a time.
 
 A scheduled batch runs as SEND_LANES jobs of the ``scheduler_app.send_batch``
-task, so several workers share one send. Each lane, per chunk of recipients:
-checks the batch status and the kill switches, claims the chunk (SKIP
-LOCKED, with a claim that expires), takes tokens from the shared limiter,
-checks suppression, renders, calls the provider with the idempotency key
-``<batch>:<recipient key>``, and records the markers and counters.
+task, so several workers share one send; a worker runs at most one lane of
+a batch at a time. A lane claims a chunk of recipients (SKIP LOCKED, with a
+claim that expires and that the lane extends while it works), then for each
+recipient: checks the batch status and the kill switches, suppression,
+renders, takes a token from the shared limiter, checks that its claim still
+owns the recipient and charges it the attempt, calls the provider with the
+idempotency key ``<batch>:<recipient key>``, and marks it.
 
-Durability contract: a recipient is marked in the same transaction as the
-counters, right after its chunk was sent. If a worker dies mid-chunk, the
-chunk's claims expire after SEND_CLAIM_SECONDS and those recipients are
-sent again, always with the same idempotency key; nothing outside the
-in-flight chunk is ever sent twice. A batch is never re-run as a whole.
+Durability contract: a recipient's sent marker (and the batch counters)
+commit before the lane's next provider call, so a crash re-sends at most
+the one recipient in flight, with the same key and Message-ID; a provider
+that declares ``idempotent = True`` (one delivery per key) lets markers wait
+for the end of the chunk. A crash is charged to the recipient in flight:
+after RECIPIENT_MAX_ATTEMPTS of them it fails. A batch is never re-run as a
+whole, and the sweeper (sends.sweeper) gives lanes back to a batch left
+without any.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import logging
 import math
+import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.db.models import F, Min
 from django.utils.module_loading import import_string
 
@@ -35,11 +42,11 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.db import backend
-from scheduler_app.exceptions import RetryLater
+from scheduler_app.exceptions import RetryLater, SchedulerError
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.registry import JobContext, task
 from scheduler_app.retry import RetryPolicy
-from scheduler_app.sends import limiter
+from scheduler_app.sends import limiter, states
 from scheduler_app.sends.providers import (
     PermanentSendError,
     Provider,
@@ -58,11 +65,12 @@ RECIPIENT_RETRY = RetryPolicy(base=dt.timedelta(seconds=30), cap=dt.timedelta(ho
 #: A lane waits (without using attempts) while paused or until local delivery times.
 LANE_RETRY = RetryPolicy(retry_later_budget=dt.timedelta(days=30))
 PAUSED_RECHECK = dt.timedelta(seconds=2)
+#: A second lane of a batch on a worker that already runs one waits this long.
+LANE_BUSY_RECHECK = dt.timedelta(seconds=5)
 #: Seconds between a lane's looks at pause/cancel and the kill switches inside a chunk.
 HALT_RECHECK = 1.0
-#: A lane hands back the rest of its chunk this long before the chunk's claim expires,
-#: so it never calls the provider for a recipient another worker may have claimed.
-CLAIM_MARGIN = dt.timedelta(seconds=1)
+#: Lane errors (exceptions, not crashes) in a row, with nothing marked, that pause the batch.
+LANE_ERRORS_BEFORE_PAUSE = 3
 
 Status = Recipient.Status
 
@@ -84,83 +92,75 @@ class Outcome:
         """Return True for attempts that count against the automatic breaker."""
         return self.status == Status.FAILED or (self.status == Status.PENDING and not self.refund)
 
+    def as_row(self) -> tuple:
+        """Return the row db.<vendor>.mark_recipients() takes."""
+        return (
+            self.recipient_id,
+            self.status,
+            self.sent_at,
+            self.message_id,
+            self.error,
+            self.next_attempt_at,
+            self.refund,
+        )
+
 
 @task(name=SEND_BATCH_TASK, max_attempts=25, retry=LANE_RETRY)
 def send_batch(job: JobContext) -> dict[str, int]:
     """Run one lane of a batch until it is done, paused, cancelled or the worker stops."""
-    return run_lane(
-        job.payload["batch"],
-        claim="%s:%s" % (job.job_id, uuid.uuid4().hex[:8]),
-        should_stop=job.should_stop,
-    )
+    batch_id = job.payload["batch"]
+    try:
+        return run_lane(
+            batch_id,
+            claim="%s:%s" % (job.job_id, uuid.uuid4().hex[:8]),
+            should_stop=job.should_stop,
+        )
+    except (RetryLater, OperationalError, InterfaceError):
+        raise  # waiting, or the database is away: not the batch's fault
+    except Exception as exc:
+        _count_lane_error(batch_id, exc)
+        raise
 
 
 def run_lane(batch_id: int, *, claim: str, should_stop: Callable[[], bool]) -> dict[str, int]:
     """Send chunks of ``batch_id`` until nothing is left for this lane; return its counts."""
-    batch = start_sending(batch_id)
-    if batch is None:
-        return {}
-    try:
-        template = MessageTemplate.compile(
-            batch.subject_template, batch.text_template, batch.html_template
-        )
-    except RenderError as exc:
-        _fail_batch(batch, "The template does not compile: %s" % exc)
-        return {}
-    provider = get_provider(batch.provider)
-    # The batch's window is shared by its lanes, so the batch trips after about N attempts.
-    window = batch.breaker_window or app_settings.BREAKER_WINDOW
-    breaker: collections.deque[bool] = collections.deque(
-        maxlen=max(1, math.ceil(window / app_settings.SEND_LANES))
-    )
-    threshold = batch.breaker_threshold or app_settings.BREAKER_THRESHOLD
-    counts: collections.Counter[str] = collections.Counter()
-    unlogged = 0
-    while True:
-        if should_stop():
-            raise RetryLater(delay=0, reason="worker stopping; another worker continues the send")
-        status = SendBatch.objects.filter(pk=batch_id).values_list("status", flat=True).first()
-        if status != SendBatch.Status.SENDING:
-            logger.info("lane stops batch=%s status=%s", batch_id, status)
-            return dict(counts)
-        paused = paused_scopes()
-        if paused.covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
-            raise RetryLater(delay=PAUSED_RECHECK, reason="sends are paused by a kill switch")
-        size = limiter.chunk_size_for(batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE)
-        now = clock.now()
-        until = now + dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS)
-        rows = backend().claim_recipients(
-            batch_id=batch_id, claim=claim, limit=size, now=now, until=until
-        )
-        if not rows:
-            return _finish_lane(batch, counts)
-        outcomes = _send_chunk(
-            batch,
-            template,
-            provider,
-            rows,
-            should_stop,
-            send_by=until - CLAIM_MARGIN,
-            halted=_halt_check(batch_id),
-        )
-        kept = _record(batch_id, claim, outcomes)
-        counts.update(kept)
-        unlogged += sum(kept[s] for s in (Status.SENT, Status.FAILED, Status.SKIPPED))
-        if unlogged >= app_settings.PROGRESS_LOG_EVERY:
-            unlogged = 0
-            _log_progress(batch_id)
-        breaker.extend(o.failed_attempt for o in outcomes if not o.refund)
-        if len(breaker) == breaker.maxlen and sum(breaker) / len(breaker) > threshold:
-            reason = "Automatic breaker: %s of the last %s attempts failed (threshold %.0f%%)." % (
-                sum(breaker),
-                len(breaker),
-                threshold * 100,
+    with _only_lane_in_process(batch_id):
+        batch = start_sending(batch_id)
+        if batch is None:
+            return {}
+        try:
+            template = MessageTemplate.compile(
+                batch.subject_template, batch.text_template, batch.html_template
             )
-            from scheduler_app.sends.batches import pause_batch
+        except RenderError as exc:
+            states.fail(batch_id, "The template does not compile: %s" % exc)
+            return {}
+        return Lane(batch, template, claim=claim, should_stop=should_stop).run()
 
-            pause_batch(batch_id, reason=reason)
-            logger.warning("breaker tripped batch=%s %s", batch_id, reason)
-            return dict(counts)
+
+_lanes_in_process: set[int] = set()
+_lanes_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _only_lane_in_process(batch_id: int) -> Iterator[None]:
+    """Let one lane of a batch run in this process; defer a second one.
+
+    A worker may claim several lanes of one batch; running them side by side
+    would let one SIGKILL cost the batch several lanes and several re-sends.
+    """
+    with _lanes_lock:
+        if batch_id in _lanes_in_process:
+            raise RetryLater(
+                delay=LANE_BUSY_RECHECK,
+                reason="this worker already runs a lane of batch %s" % batch_id,
+            )
+        _lanes_in_process.add(batch_id)
+    try:
+        yield
+    finally:
+        with _lanes_lock:
+            _lanes_in_process.discard(batch_id)
 
 
 def start_sending(batch_id: int) -> SendBatch | None:
@@ -172,10 +172,17 @@ def start_sending(batch_id: int) -> SendBatch | None:
         if batch.status == SendBatch.Status.SCHEDULED:
             now = clock.now()
             if batch.frozen_at is None:
-                count = freeze_audience(batch, now=now)
+                try:
+                    with transaction.atomic():
+                        count = freeze_audience(batch, now=now)
+                except (OperationalError, InterfaceError):
+                    raise  # the database is away: try again
+                except (SchedulerError, DatabaseError) as exc:
+                    states.fail(batch_id, "The audience could not be frozen: %s" % exc)
+                    return None
                 if count > batch.expected_max_audience:
-                    _fail_batch(
-                        batch,
+                    states.fail(
+                        batch_id,
                         "Audience of %s recipients exceeds the expected maximum of %s; "
                         "nothing was sent." % (count, batch.expected_max_audience),
                     )
@@ -194,82 +201,229 @@ def start_sending(batch_id: int) -> SendBatch | None:
     return batch if batch.status == SendBatch.Status.SENDING else None
 
 
-def _send_chunk(
-    batch: SendBatch,
-    template: MessageTemplate,
-    provider: Provider,
-    rows: list[tuple],
-    should_stop: Callable[[], bool],
-    *,
-    send_by: dt.datetime,
-    halted: Callable[[], str],
-) -> list[Outcome]:
-    """Send a claimed chunk, one limiter token per call; hand back what must not be sent now.
+def _count_lane_error(batch_id: int, exc: Exception) -> None:
+    """Count a lane error; pause the batch at LANE_ERRORS_BEFORE_PAUSE in a row."""
+    SendBatch.objects.filter(pk=batch_id).update(lane_errors=F("lane_errors") + 1)
+    errors = SendBatch.objects.filter(pk=batch_id).values_list("lane_errors", flat=True).first()
+    logger.warning("lane error batch=%s errors_in_a_row=%s error=%s", batch_id, errors, exc)
+    if errors is not None and errors >= LANE_ERRORS_BEFORE_PAUSE:
+        states.pause(
+            batch_id,
+            reason="The send stopped after %s lane errors in a row with nothing sent; "
+            "last error: %s: %s" % (errors, type(exc).__name__, exc),
+        )
 
-    Before each call: stop if the claim is about to expire, the batch was
-    paused or cancelled, a kill switch covers sends, or the worker stops.
-    """
-    limited = limiter.is_limited(batch.rate_limit_key)
-    suppressed = _suppressed([row[2] for row in rows], batch)
-    outcomes: list[Outcome] = []
-    slow_down: SlowDown | None = None
-    halt = ""
-    for recipient_id, key, address, _tz, context, attempts in rows:
-        if not halt and slow_down is None:
-            halt = _why_halt(send_by, halted, should_stop)
-        if halt or slow_down is not None:
-            # Not sent: hand it back as it was (no attempt used).
-            delay = slow_down.delay if slow_down else dt.timedelta(0)
-            outcomes.append(
-                Outcome(
-                    recipient_id,
-                    Status.PENDING,
-                    refund=1,
-                    next_attempt_at=clock.now() + delay,
-                    error=str(slow_down) if slow_down else "",
+
+class Breaker:
+    """The automatic breaker: trips when too many of the latest attempts failed."""
+
+    def __init__(self, batch: SendBatch) -> None:
+        # The batch's window is shared by its lanes, so the batch trips after about N attempts.
+        window = batch.breaker_window or app_settings.BREAKER_WINDOW
+        self.attempts: collections.deque[bool] = collections.deque(
+            maxlen=max(1, math.ceil(window / app_settings.SEND_LANES))
+        )
+        self.threshold = batch.breaker_threshold or app_settings.BREAKER_THRESHOLD
+
+    def add(self, outcome: Outcome) -> str:
+        """Count ``outcome``; return why the breaker tripped, or ''."""
+        if outcome.refund:
+            return ""
+        self.attempts.append(outcome.failed_attempt)
+        failed = sum(self.attempts)
+        if len(self.attempts) < (self.attempts.maxlen or 0):
+            return ""
+        if failed / len(self.attempts) <= self.threshold:
+            return ""
+        return "Automatic breaker: %s of the last %s attempts failed (threshold %.0f%%)." % (
+            failed,
+            len(self.attempts),
+            self.threshold * 100,
+        )
+
+
+class Lane:
+    """One lane's run over a sending batch: chunk after chunk, one recipient at a time."""
+
+    def __init__(
+        self,
+        batch: SendBatch,
+        template: MessageTemplate,
+        *,
+        claim: str,
+        should_stop: Callable[[], bool],
+    ) -> None:
+        self.batch = batch
+        self.template = template
+        self.claim = claim
+        self.should_stop = should_stop
+        self.provider = get_provider(batch.provider)
+        # Same key, one delivery: a crash cannot duplicate, so markers may wait for the chunk.
+        self.marks_per_chunk = bool(getattr(self.provider, "idempotent", False))
+        self.claim_for = dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS)
+        self.halted = _halt_check(batch.pk)
+        self.breaker = Breaker(batch)
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.unlogged = 0
+        self.unmarked: list[Outcome] = []
+        #: Set when the lane must end after this chunk (breaker, provider refused the sender).
+        self.stop_reason = ""
+
+    def run(self) -> dict[str, int]:
+        """Send chunks until none is due, the batch stops sending, or the worker stops."""
+        batch_id = self.batch.pk
+        while True:
+            if self.should_stop():
+                raise RetryLater(delay=0, reason="worker stopping; another worker goes on sending")
+            status = SendBatch.objects.filter(pk=batch_id).values_list("status", flat=True).first()
+            if status != SendBatch.Status.SENDING:
+                logger.info("lane stops batch=%s status=%s", batch_id, status)
+                return dict(self.counts)
+            if paused_scopes().covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
+                raise RetryLater(delay=PAUSED_RECHECK, reason="sends are paused by a kill switch")
+            size = limiter.chunk_size_for(self.batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE)
+            now = clock.now()
+            rows = backend().claim_recipients(
+                batch_id=batch_id, claim=self.claim, limit=size, now=now, until=now + self.claim_for
+            )
+            if not rows:
+                return _finish_lane(self.batch, self.counts)
+            self._send_chunk(rows)
+            if self.stop_reason:
+                states.pause(batch_id, reason=self.stop_reason)
+                return dict(self.counts)
+
+    def _send_chunk(self, rows: list[tuple]) -> None:
+        """Send a claimed chunk one recipient at a time; hand back what must not be sent now."""
+        limited = limiter.is_limited(self.batch.rate_limit_key)
+        suppressed = _suppressed([row[2] for row in rows], self.batch)
+        extend_at = clock.now() + self.claim_for / 3
+        halt, wait = "", dt.timedelta(0)
+        done = 0
+        for done, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
+            halt = _why_halt(self.halted, self.should_stop)
+            if halt:
+                break
+            if clock.now() >= extend_at:
+                extend_at = clock.now() + self.claim_for / 3
+                self._extend_claims([row[0] for row in rows[done:]])
+            if attempts >= app_settings.RECIPIENT_MAX_ATTEMPTS:
+                # Every attempt so far ended with its worker dying in the provider call.
+                self._add(
+                    Outcome(
+                        recipient_id,
+                        Status.FAILED,
+                        error="Worker died while sending, %s times (RECIPIENT_MAX_ATTEMPTS is "
+                        "%s); it may have been delivered."
+                        % (attempts, app_settings.RECIPIENT_MAX_ATTEMPTS),
+                    )
                 )
+                continue
+            if address in suppressed:
+                self._add(Outcome(recipient_id, Status.SKIPPED, error=suppressed[address]))
+                continue
+            try:
+                message = self.template.render(address, _context(context))
+            except RenderError as exc:
+                self._add(Outcome(recipient_id, Status.FAILED, error=str(exc)))
+                continue
+            if limited and not limiter.wait_for_token(
+                self.batch.rate_limit_key, should_stop=self.should_stop
+            ):
+                halt = "worker stopping"
+                break
+            outcome = self._send_one(message, key, recipient_id)
+            if outcome is None:
+                continue  # another lane owns it now
+            self._add(outcome)
+            if outcome.status == Status.PENDING and outcome.refund:
+                halt, wait = outcome.error, outcome.next_attempt_at - clock.now()
+                done += 1
+                break
+            if self.stop_reason:
+                done += 1
+                break
+        else:
+            done = len(rows)
+        # The rest of the chunk goes back as it was (no attempt used), after ``wait``.
+        back_at, why = clock.now() + wait, halt if wait else ""
+        self.unmarked.extend(
+            Outcome(row[0], Status.PENDING, next_attempt_at=back_at, error=why)
+            for row in rows[done:]
+        )
+        self._mark()
+        if halt:
+            logger.info("chunk handed back batch=%s reason=%s", self.batch.pk, halt)
+
+    def _send_one(self, message: Message, key: str, recipient_id: int) -> Outcome | None:
+        """Charge the attempt if the claim still owns the recipient, then call the provider."""
+        if not self.marks_per_chunk:
+            self._mark()  # markers commit before the next provider call
+        attempt = backend().begin_recipient(
+            recipient_id=recipient_id, claim=self.claim, until=clock.now() + self.claim_for
+        )
+        if attempt is None:
+            logger.warning(
+                "recipient taken over, not sent batch=%s recipient=%s claim=%s",
+                self.batch.pk,
+                recipient_id,
+                self.claim,
             )
-            continue
-        if address in suppressed:
-            outcomes.append(Outcome(recipient_id, Status.SKIPPED, error=suppressed[address]))
-            continue
+            return None
         try:
-            message = template.render(address, _context(context))
-        except RenderError as exc:
-            outcomes.append(Outcome(recipient_id, Status.FAILED, error=str(exc)))
-            continue
-        if limited and not limiter.wait_for_token(batch.rate_limit_key, should_stop=should_stop):
-            halt = "worker stopping"
-            outcomes.append(
-                Outcome(recipient_id, Status.PENDING, refund=1, next_attempt_at=clock.now())
+            outcome = _deliver(
+                self.provider, message, "%s:%s" % (self.batch.pk, key), recipient_id, attempt
             )
-            continue
-        try:
-            outcomes.append(
-                _deliver(provider, message, "%s:%s" % (batch.pk, key), recipient_id, attempts)
+        except SlowDown as exc:  # not sent: no attempt used, this and the rest wait
+            return Outcome(
+                recipient_id,
+                Status.PENDING,
+                refund=1,
+                next_attempt_at=clock.now() + exc.delay,
+                error=str(exc),
             )
-        except SlowDown as exc:  # this one and the rest of the chunk wait, no attempt used
-            slow_down = exc
-            outcomes.append(
-                Outcome(
-                    recipient_id,
-                    Status.PENDING,
-                    refund=1,
-                    next_attempt_at=clock.now() + exc.delay,
-                    error=str(exc),
-                )
+        return outcome
+
+    def _add(self, outcome: Outcome) -> None:
+        """Queue an outcome for marking; feed the breaker."""
+        self.unmarked.append(outcome)
+        if not self.stop_reason:
+            self.stop_reason = self.breaker.add(outcome)
+        if outcome.status == Status.SENT and not self.marks_per_chunk:
+            self._mark()
+
+    def _mark(self) -> None:
+        """Write the queued markers and the batch counters, fenced by our claim."""
+        if not self.unmarked:
+            return
+        outcomes, self.unmarked = self.unmarked, []
+        kept = collections.Counter(
+            backend().mark_recipients(
+                [o.as_row() for o in outcomes], claim=self.claim, batch_id=self.batch.pk
             )
-    if halt:
-        logger.info("chunk handed back batch=%s reason=%s", batch.pk, halt)
-    return outcomes
+        )
+        if sum(kept.values()) < len(outcomes):
+            logger.warning(
+                "claim lost, some markers discarded batch=%s claim=%s discarded=%s",
+                self.batch.pk,
+                self.claim,
+                len(outcomes) - sum(kept.values()),
+            )
+        kept.pop(Status.PENDING, None)
+        self.counts.update(kept)
+        self.unlogged += sum(kept.values())
+        if self.unlogged >= app_settings.PROGRESS_LOG_EVERY:
+            self.unlogged = 0
+            _log_progress(self.batch.pk)
+
+    def _extend_claims(self, recipient_ids: list[int]) -> None:
+        backend().extend_claims(
+            recipient_ids=recipient_ids, claim=self.claim, until=clock.now() + self.claim_for
+        )
 
 
-def _why_halt(
-    send_by: dt.datetime, halted: Callable[[], str], should_stop: Callable[[], bool]
-) -> str:
+def _why_halt(halted: Callable[[], str], should_stop: Callable[[], bool]) -> str:
     """Return why the rest of a chunk must not be sent now, or ''."""
-    if clock.now() >= send_by:
-        return "claim about to expire"
     if should_stop():
         return "worker stopping"
     return halted()
@@ -319,27 +473,6 @@ def _deliver(
     return Outcome(recipient_id, Status.SENT, sent_at=clock.now(), message_id=str(message_id))
 
 
-def _record(batch_id: int, claim: str, outcomes: list[Outcome]) -> collections.Counter[str]:
-    """Write the chunk's markers and the batch counters in one transaction."""
-    rows = [
-        (o.recipient_id, o.status, o.sent_at, o.message_id, o.error, o.next_attempt_at, o.refund)
-        for o in outcomes
-    ]
-    with transaction.atomic():
-        kept = collections.Counter(backend().mark_recipients(rows, claim=claim))
-        if kept[Status.SENT] or kept[Status.FAILED] or kept[Status.SKIPPED]:
-            SendBatch.objects.filter(pk=batch_id).update(
-                sent=F("sent") + kept[Status.SENT],
-                failed=F("failed") + kept[Status.FAILED],
-                skipped=F("skipped") + kept[Status.SKIPPED],
-            )
-    if sum(kept.values()) < len(outcomes):
-        logger.warning(
-            "chunk claim expired, some markers discarded batch=%s claim=%s", batch_id, claim
-        )
-    return kept
-
-
 def _finish_lane(batch: SendBatch, counts: Mapping[str, int]) -> dict[str, int]:
     """No due recipient for this lane: wait for retries, or complete the batch."""
     pending = Recipient.objects.filter(batch=batch, status=Status.PENDING, is_seed=False)
@@ -363,14 +496,6 @@ def _finish_lane(batch: SendBatch, counts: Mapping[str, int]) -> dict[str, int]:
             done.skipped,
         )
     return dict(counts)
-
-
-def _fail_batch(batch: SendBatch, reason: str) -> None:
-    SendBatch.objects.filter(pk=batch.pk).update(
-        status=SendBatch.Status.FAILED, status_reason=reason, status_changed_at=clock.now()
-    )
-    batch.status = SendBatch.Status.FAILED
-    logger.error("batch failed batch=%s reason=%s", batch.pk, reason)
 
 
 def _suppressed(addresses: list[str], batch: SendBatch) -> dict[str, str]:

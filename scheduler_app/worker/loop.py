@@ -32,6 +32,7 @@ from scheduler_app.models import Job
 from scheduler_app.registry import get_task
 from scheduler_app.schedules.declared import sync_declared_schedules
 from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
+from scheduler_app.sends.sweeper import revive_stranded_batches
 from scheduler_app.signals import job_failed
 from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob, Finish, execute, fail, hand_back
@@ -108,6 +109,7 @@ class Worker:
         now = time.monotonic()
         self._next_renew = now + options.lease_seconds / 3
         self._next_rescue = now
+        self._next_sweep = now
         self._next_summary = now + options.summary_interval
         self._next_schedule_tick = now
         self._next_controls = now
@@ -293,6 +295,9 @@ class Worker:
             # Jitter so that many workers don't all rescue in the same instant.
             self._next_rescue = now + self.options.lease_seconds / 2 * random.uniform(0.5, 1.5)
             self._with_db(lambda: leases.rescue_expired(self.id))
+        if now >= self._next_sweep:
+            self._next_sweep = now + self.options.lease_seconds * random.uniform(0.5, 1.5)
+            self._with_db(revive_stranded_batches)
         if now >= self._next_summary:
             self._next_summary = now + self.options.summary_interval
             self._log_summary()

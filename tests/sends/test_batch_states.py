@@ -59,17 +59,17 @@ def events(batch: SendBatch) -> list[tuple[str, str, str | None]]:
 
 
 def send_one_chunk(batch: SendBatch) -> None:
-    """Run a lane for one chunk, then stop it as a worker shutting down would.
+    """Send two recipients (a chunk of SEND_CHUNK_SIZE 2), then stop as a worker shutting down.
 
-    Markers are written per chunk, so "stop once something is marked sent"
-    lets the first chunk finish and stops the lane before the second.
+    Markers are written as each recipient is sent, so "stop once two are
+    marked sent" stops the lane before its third provider call.
     """
 
-    def first_chunk_recorded() -> bool:
-        return Recipient.objects.filter(batch=batch, status="sent").exists()
+    def two_sent() -> bool:
+        return Recipient.objects.filter(batch=batch, status="sent").count() >= 2
 
     with pytest.raises(RetryLater):
-        run_lane(batch.pk, claim="test:one-chunk", should_stop=first_chunk_recorded)
+        run_lane(batch.pk, claim="test:one-chunk", should_stop=two_sent)
 
 
 @pytest.mark.django_db

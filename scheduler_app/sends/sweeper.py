@@ -1,0 +1,60 @@
+"""The lane sweeper: no batch is left sending (or due to start) without a lane.
+
+Lanes end for good in ways a batch cannot see: a lane job that crashed on
+every one of its attempts fails, an operator cancels a job, a deploy drops
+one. Every worker runs ``revive_stranded_batches`` now and then (like the
+lease rescue); it gives such a batch new lanes, once, however many workers
+sweep at the same moment.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.db.models import Exists, F, OuterRef
+
+from scheduler_app import clock
+from scheduler_app.controls import record
+from scheduler_app.models import Job, SendBatch
+from scheduler_app.sends.batches import earliest_start, enqueue_lanes, lane_jobs
+
+logger = logging.getLogger("scheduler_app.sends")
+Status = SendBatch.Status
+
+#: Statuses in which a batch needs a lane: paused, cancelled and finished ones never do.
+NEEDS_LANES = (Status.SCHEDULED, Status.SENDING)
+
+
+def revive_stranded_batches() -> list[int]:
+    """Give lanes to batches that should be sending but have none; return their ids."""
+    now = clock.now()
+    live_lanes = lane_jobs(OuterRef("pk")).filter(status__in=Job.UNFINISHED)
+    stranded = SendBatch.objects.filter(status__in=NEEDS_LANES).filter(~Exists(live_lanes))
+    revived = []
+    for batch in stranded.only("pk", "status", "scheduled_at", "undo_deadline", "owner"):
+        start = earliest_start(batch) if batch.status == Status.SCHEDULED else None
+        if start is not None and start > now:
+            continue  # before its send time, or inside its undo window
+        if _revive(batch):
+            revived.append(batch.pk)
+    return revived
+
+
+def _revive(batch: SendBatch) -> bool:
+    """Enqueue lanes for ``batch`` unless another sweeper just did; True if this one did."""
+    with transaction.atomic():
+        # A no-op UPDATE takes the batch's row lock (SQLite: the write lock), so sweepers
+        # queue here and each one after the first sees the lanes the first committed.
+        if not SendBatch.objects.filter(pk=batch.pk, status__in=NEEDS_LANES).update(
+            status=F("status")
+        ):
+            return False
+        if lane_jobs(batch.pk).filter(status__in=Job.UNFINISHED).exists():
+            return False
+        enqueue_lanes(batch, clock.now())
+        record("batch", str(batch.pk), "revive", reason="The batch had no lane left.")
+    logger.warning(
+        "batch had no lane left, lanes enqueued batch=%s status=%s", batch.pk, batch.status
+    )
+    return True

@@ -1,0 +1,235 @@
+"""A lane that dies mid-send: markers already written stay, the crash is charged to one recipient.
+
+A crash is staged in this process by a provider that raises a BaseException
+(as a SIGKILL would, nothing after the call runs); tests/sends_processes
+kills real workers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import pytest
+
+from scheduler_app import clock
+from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.registry import JobContext, get_task
+from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.rendering import Message
+from tests.sends.helpers import recipient, run_lane_now
+
+pytestmark = pytest.mark.django_db
+
+
+class WorkerDied(BaseException):
+    """Stands for a SIGKILL during a provider call: the provider accepted, nothing else ran."""
+
+
+class ScriptedProvider:
+    """Records calls; dies on the addresses in ``dies_on``; runs ``on_call`` first."""
+
+    calls: list[str] = []
+    dies_on: set[str] = set()
+    on_call: Callable[[Message, str], None] | None = None
+
+    def send(self, message: Message, idempotency_key: str) -> str:
+        if ScriptedProvider.on_call is not None:
+            ScriptedProvider.on_call(message, idempotency_key)
+        ScriptedProvider.calls.append(message.to)
+        if message.to in ScriptedProvider.dies_on:
+            raise WorkerDied(message.to)
+        return "scripted-%s" % idempotency_key
+
+
+@pytest.fixture
+def scripted(settings):
+    """Send through ScriptedProvider; reset its script."""
+    settings.SCHEDULER_APP = {
+        **settings.SCHEDULER_APP,
+        "PROVIDERS": {
+            **settings.SCHEDULER_APP["PROVIDERS"],
+            "scripted": "tests.sends.test_crashes.ScriptedProvider",
+        },
+    }
+    ScriptedProvider.calls, ScriptedProvider.dies_on, ScriptedProvider.on_call = [], set(), None
+    yield ScriptedProvider
+    ScriptedProvider.on_call = None
+
+
+@pytest.fixture
+def five(customer, make_batch, scripted):
+    """A scheduled batch of ann, bob, cat, dan and eve (in that id order), one chunk."""
+    for name in ("ann", "bob", "cat", "dan", "eve"):
+        customer("%s@example.com" % name, name.title())
+    return make_batch(provider="scripted")
+
+
+def expire_claims(batch: SendBatch) -> None:
+    """Stage the expiry of a dead lane's claims (as SEND_CLAIM_SECONDS passing would)."""
+    Recipient.objects.filter(batch=batch).exclude(claimed_by="").update(
+        claimed_until=clock.now() - dt.timedelta(seconds=1)
+    )
+
+
+def states(batch: SendBatch) -> dict[str, tuple[str, int]]:
+    return {
+        r.address.split("@")[0]: (r.status, r.attempts)
+        for r in Recipient.objects.filter(batch=batch)
+    }
+
+
+def test_a_crash_mid_chunk_keeps_the_markers_of_recipients_already_sent(five, scripted):
+    scripted.dies_on = {"cat@example.com"}
+
+    with pytest.raises(WorkerDied):
+        run_lane_now(five)
+
+    # Sent before the crash: marked, so never sent again. In flight: charged one
+    # attempt. Claimed but not reached: no attempt used.
+    assert states(five) == {
+        "ann": ("sent", 1),
+        "bob": ("sent", 1),
+        "cat": ("pending", 1),
+        "dan": ("pending", 0),
+        "eve": ("pending", 0),
+    }
+    five.refresh_from_db()
+    assert (five.status, five.sent) == ("sending", 2)
+
+
+def test_after_a_crash_only_the_recipient_in_flight_is_sent_again(five, scripted):
+    scripted.dies_on = {"cat@example.com"}
+    with pytest.raises(WorkerDied):
+        run_lane_now(five)
+    scripted.dies_on = set()
+    expire_claims(five)
+
+    run_lane_now(five)
+
+    assert scripted.calls == [
+        "ann@example.com",
+        "bob@example.com",
+        "cat@example.com",
+        "cat@example.com",
+        "dan@example.com",
+        "eve@example.com",
+    ]
+    five.refresh_from_db()
+    assert (five.status, five.sent, five.failed) == ("completed", 5, 0)
+    assert recipient(five, "cat@example.com").attempts == 2
+
+
+def test_a_recipient_that_crashes_its_lane_every_time_fails_after_its_attempts(
+    five, scripted, settings
+):
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "RECIPIENT_MAX_ATTEMPTS": 3}
+    scripted.dies_on = {"cat@example.com"}
+    for _ in range(3):
+        with pytest.raises(WorkerDied):
+            run_lane_now(five)
+        expire_claims(five)
+
+    run_lane_now(five)
+
+    assert scripted.calls.count("cat@example.com") == 3
+    assert sorted(set(scripted.calls)) == sorted(scripted.calls[i] for i in (0, 1, 2, 5, 6))
+    cat = recipient(five, "cat@example.com")
+    assert (cat.status, cat.attempts, cat.claimed_by) == ("failed", 3, "")
+    assert cat.last_error == (
+        "Worker died while sending, 3 times (RECIPIENT_MAX_ATTEMPTS is 3); "
+        "it may have been delivered."
+    )
+    five.refresh_from_db()
+    assert (five.status, five.sent, five.failed) == ("completed", 4, 1)
+
+
+def test_the_lane_never_calls_the_provider_for_a_recipient_it_no_longer_owns(five, scripted):
+    """Another worker took over the rest of the chunk (our claim expired): we stop sending."""
+
+    def others_take_over(message: Message, key: str) -> None:
+        if message.to == "ann@example.com":
+            Recipient.objects.filter(batch=five).exclude(address="ann@example.com").update(
+                claimed_by="other-worker", claimed_until=clock.now() + dt.timedelta(hours=1)
+            )
+
+    scripted.on_call = others_take_over
+
+    run = run_lane_now(five)
+
+    assert scripted.calls == ["ann@example.com"]
+    assert run.retry is not None  # the others' claims: due later
+    others = Recipient.objects.filter(batch=five).exclude(address="ann@example.com")
+    assert set(others.values_list("claimed_by", "attempts", "status")) == {
+        ("other-worker", 0, "pending")
+    }
+
+
+def test_the_lane_extends_its_claim_while_it_works(five, scripted, settings):
+    """Each call takes 40% of the claim; the rest of the chunk stays ours throughout."""
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "SEND_CLAIM_SECONDS": 10}
+    seen = []
+
+    def slow_call(message: Message, key: str) -> None:
+        waiting = Recipient.objects.filter(batch=five, status="pending").exclude(address=message.to)
+        seen.append(
+            (
+                waiting.count(),
+                waiting.filter(
+                    claimed_by__startswith="test:", claimed_until__gt=clock.now()
+                ).count(),
+            )
+        )
+        frozen.advance(dt.timedelta(seconds=4))
+
+    scripted.on_call = slow_call
+    with clock.frozen_clock(clock.now()) as frozen:
+        run_lane_now(five)
+
+    assert seen == [(4, 4), (3, 3), (2, 2), (1, 1), (0, 0)]
+    assert set(Recipient.objects.values_list("status", "attempts")) == {("sent", 1)}
+
+
+def test_a_lane_that_keeps_raising_pauses_the_batch_with_the_last_error(five, settings):
+    """Not a crash: the lane raises, three times in a row, before marking anyone."""
+    settings.SCHEDULER_APP = {
+        **settings.SCHEDULER_APP,
+        "SUPPRESSION_CHECK": "tests.sends.test_crashes.suppression_service_down",
+    }
+    lane = get_task(SEND_BATCH_TASK)
+    context = JobContext(
+        job_id=1,
+        task_name=SEND_BATCH_TASK,
+        payload={"batch": five.pk},
+        payload_version=1,
+        attempt=1,
+        scheduled_for=clock.now(),
+        idempotency_key="1",
+    )
+    for attempt in (1, 2, 3):
+        with pytest.raises(RuntimeError):
+            lane(context)
+        Recipient.objects.filter(batch=five).update(claimed_by="", claimed_until=None)
+        five.refresh_from_db()
+        assert five.status == ("paused" if attempt == 3 else "sending")
+
+    assert five.status_reason == (
+        "The send stopped after 3 lane errors in a row with nothing sent; "
+        "last error: RuntimeError: suppression service down"
+    )
+
+
+def suppression_service_down(addresses, batch):
+    raise RuntimeError("suppression service down")
+
+
+def test_a_batch_whose_audience_cannot_be_frozen_fails_with_the_reason(make_batch, scripted):
+    batch = make_batch(provider="scripted", audience="gone")
+
+    assert run_lane_now(batch).counts == {}
+
+    batch.refresh_from_db()
+    assert batch.status == "failed"
+    assert batch.status_reason.startswith(
+        "The audience could not be frozen: Unknown audience 'gone'; registered: "
+    )

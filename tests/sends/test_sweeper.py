@@ -1,0 +1,162 @@
+"""The lane sweeper: a batch that should be sending but has no lane gets its lanes back."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+from django.db import connection
+
+from scheduler_app import clock
+from scheduler_app.exceptions import RetryLater
+from scheduler_app.models import Job, SendBatch
+from scheduler_app.registry import JobContext, get_task
+from scheduler_app.sends.batches import schedule_batch
+from scheduler_app.sends.dispatch import SEND_BATCH_TASK, start_sending
+from scheduler_app.sends.sweeper import revive_stranded_batches
+from tests.helpers import wait_until
+from tests.sends.helpers import run_lane_now
+from tests.testapp.models import ProviderBehaviour, ProviderCall
+
+RELAX = ("audience_within_limit", "dry_run_clean", "seed_sent")
+
+
+@pytest.fixture
+def two_customers(customer):
+    customer("ann@example.com", "Ann")
+    customer("bob@example.com", "Bob")
+
+
+def lanes(batch: SendBatch) -> list[str]:
+    return sorted(
+        Job.objects.filter(
+            task_name=SEND_BATCH_TASK, unique_key__startswith="batch:%s:lane:" % batch.pk
+        ).values_list("status", flat=True)
+    )
+
+
+def fail_lanes(batch: SendBatch) -> None:
+    """Stage what 25 crashes did to every lane: each failed for good."""
+    Job.objects.filter(task_name=SEND_BATCH_TASK).update(status=Job.Status.FAILED)
+
+
+@pytest.mark.django_db
+def test_a_sending_batch_without_lanes_gets_them_back_once(make_batch, two_customers):
+    batch = make_batch()
+    start_sending(batch.pk)  # frozen and sending, but without a lane
+    assert lanes(batch) == []
+
+    assert revive_stranded_batches() == [batch.pk]
+    assert lanes(batch) == ["pending", "pending"]
+    assert revive_stranded_batches() == []  # it has lanes now
+    assert lanes(batch) == ["pending", "pending"]
+
+    run_lane_now(batch)
+    batch.refresh_from_db()
+    assert (batch.status, batch.sent) == ("completed", 2)
+
+
+@pytest.mark.django_db
+def test_a_batch_whose_lanes_all_failed_is_revived_and_completes(make_batch, two_customers):
+    batch = schedule_batch(make_batch(status=SendBatch.Status.DRAFT), relax=RELAX)
+    fail_lanes(batch)
+    SendBatch.objects.filter(pk=batch.pk).update(status="sending", started_at=clock.now())
+
+    assert revive_stranded_batches() == [batch.pk]
+    assert lanes(batch) == ["failed", "failed", "pending", "pending"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", ["draft", "paused", "cancelled", "completed", "failed"])
+def test_batches_that_must_not_send_are_left_alone(make_batch, two_customers, status):
+    make_batch(status=status, started_at=clock.now())
+
+    assert revive_stranded_batches() == []
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_scheduled_batch_is_revived_only_after_its_undo_window_and_margin(
+    make_batch, two_customers, settings
+):
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "UNDO_SAFETY_MARGIN": 2}
+    with clock.frozen_clock(clock.now()) as frozen:
+        batch = schedule_batch(
+            make_batch(status=SendBatch.Status.DRAFT, undo_window=dt.timedelta(seconds=30)),
+            relax=RELAX,
+        )
+        fail_lanes(batch)
+
+        frozen.advance(dt.timedelta(seconds=31))  # window over, margin not
+        assert revive_stranded_batches() == []
+        frozen.advance(dt.timedelta(seconds=2))
+        assert revive_stranded_batches() == [batch.pk]
+
+    assert lanes(batch) == ["failed", "failed", "pending", "pending"]
+
+
+@pytest.mark.django_db
+def test_a_scheduled_batch_is_not_revived_before_its_send_time(make_batch, two_customers):
+    batch = schedule_batch(
+        make_batch(status="draft", scheduled_at=clock.now() + dt.timedelta(hours=1)),
+        relax=RELAX,
+    )
+    fail_lanes(batch)
+
+    assert revive_stranded_batches() == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.postgres_only
+def test_sweepers_racing_give_a_batch_its_lanes_exactly_once(make_batch, two_customers):
+    batch = make_batch(status=SendBatch.Status.SENDING, started_at=clock.now())
+    barrier = threading.Barrier(4)
+    revived: list[list[int]] = []
+
+    def sweep() -> None:
+        try:
+            barrier.wait(timeout=10)
+            revived.append(revive_stranded_batches())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sweep) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert sorted(revived) == [[], [], [], [batch.pk]]
+    assert lanes(batch) == ["pending", "pending"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_runs_one_lane_of_a_batch_at_a_time(make_batch, two_customers, settings):
+    """A second lane of the same batch in the same process is deferred, not run beside it."""
+    batch = make_batch()
+    ProviderBehaviour.objects.create(address="", answer="ok", delay=0.5)
+    first = threading.Thread(target=lambda: (run_lane_now(batch), connection.close()))
+    first.start()
+    try:
+        wait_until(lambda: ProviderCall.objects.exists() or not first.is_alive(), timeout=10)
+        with pytest.raises(RetryLater) as second:
+            run_lane_now_as_job(batch)
+    finally:
+        first.join(timeout=30)
+    assert second.value.reason == "this worker already runs a lane of batch %s" % batch.pk
+    assert second.value.delay == dt.timedelta(seconds=5)
+
+
+def run_lane_now_as_job(batch: SendBatch) -> None:
+    get_task(SEND_BATCH_TASK)(
+        JobContext(
+            job_id=99,
+            task_name=SEND_BATCH_TASK,
+            payload={"batch": batch.pk},
+            payload_version=1,
+            attempt=1,
+            scheduled_for=clock.now(),
+            idempotency_key="99",
+        )
+    )
