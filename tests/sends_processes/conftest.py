@@ -114,18 +114,20 @@ def batch_status(batch: SendBatch) -> str:
 
 @pytest.fixture
 def send_worker(start_worker) -> Iterator[Callable[..., WorkerProcess]]:  # noqa: F811
-    """Return a function that starts a runworker for sends (one lane at a time) and waits for it.
+    """Return a function that starts a runworker for sends and waits for it.
 
-    One job at a time per worker, so two workers take one lane each; a short
+    One job at a time per worker unless ``concurrency`` says otherwise; a short
     lease and claim (SEND_CLAIM_SECONDS via tests/settings.py's environment
     variable) so that a killed worker's lane and chunk come back in seconds.
     """
 
-    def start(*, claim_seconds: float = 3.0, lease: float = 3.0, wait: bool = True):
+    def start(
+        *, claim_seconds: float = 3.0, lease: float = 3.0, concurrency: int = 1, wait: bool = True
+    ):
         name = "sends-worker-%s" % next(numbers)
         worker = start_worker(
             "--concurrency",
-            "1",
+            str(concurrency),
             "--no-scheduler",
             "--lease",
             str(lease),

@@ -1,4 +1,5 @@
-"""SIGKILL workers again and again during a send: every recipient gets exactly one sent marker."""
+"""SIGKILL workers again and again during a send: the batch completes by itself, and each
+kill re-sends at most the one recipient its lane had in flight, with the same key."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from collections import defaultdict
 import pytest
 from django.db.models import Max
 
-from scheduler_app.models import JobAttempt, SendBatch
+from scheduler_app.models import ControlEvent, Job, JobAttempt, SendBatch
+from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 from tests.helpers import wait_until
 from tests.sends_processes.conftest import (
-    CHUNK,
     assert_completed_once,
     batch_status,
     calls_by_key,
@@ -23,13 +24,13 @@ from tests.testapp.models import ProviderCall
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
 
-RECIPIENTS = 20_000
-KILLS = 12
-#: A killed worker's chunk is sent again after this; well above a chunk's duration under
-#: load, since a live worker whose claim expires mid-chunk is re-sent too (test_sharing.py).
-CLAIM_SECONDS = 5
+RECIPIENTS = 4_000
+KILLS = 15
+LANES = 3
+#: Seconds after which a dead lane's lease and its claims expire.
+EXPIRY = 3
 #: Progress (sent markers) between two kills, so the kills spread over the send.
-BETWEEN_KILLS = RECIPIENTS // 25
+BETWEEN_KILLS = RECIPIENTS // 20
 
 
 def sent(batch: SendBatch) -> int:
@@ -43,25 +44,36 @@ def callers_since(call_id: int, pids: list[int]) -> set[int]:
     )
 
 
-def test_sigkill_mid_send_resends_only_in_flight_chunks_with_the_same_key(send_worker):
-    """Workers SIGKILLed mid-chunk, 12 times, lose nothing and re-send only their in-flight chunk.
+def test_sigkill_again_and_again_completes_the_batch_and_resends_only_calls_in_flight(
+    send_worker, settings
+):
+    """15 SIGKILLs of the worker that is calling the provider, during a 3-lane send.
 
-    Two workers are alive at all times (a replacement starts after each kill).
-    Each victim is killed while it is calling the provider. At the end every
-    recipient has exactly one sent marker, the provider saw every key
-    ``<batch>:<recipient>``, and a key was called more than once only by a
-    killed worker, within the last chunk it was sending when it died, with
-    the same key and the same message.
+    Three workers of concurrency 2 are alive at all times (a replacement starts
+    after each kill), so one worker may hold two lanes of the batch; it runs
+    one at a time. Every lane may crash only once (max_attempts 1), so the
+    first kills kill every lane for good and the sweeper must give the batch
+    new ones. Without any operator action the batch completes; every recipient
+    has one sent marker; the provider saw every key ``<batch>:<recipient>``;
+    a key was called twice only when a killed worker's very last call was it
+    (the recipient in flight), with the same message: at most one extra call
+    per kill.
     """
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "SEND_LANES": LANES}
     started = time.monotonic()
-    workers = [send_worker(claim_seconds=CLAIM_SECONDS), send_worker(claim_seconds=CLAIM_SECONDS)]
+
+    def worker(wait: bool = True):
+        return send_worker(claim_seconds=EXPIRY, lease=EXPIRY, concurrency=2, wait=wait)
+
+    workers = [worker() for _ in range(3)]
     batch = make_batch(RECIPIENTS)
+    # Each lane dies for good at its first crash: the batch is left without lanes.
+    Job.objects.filter(task_name=SEND_BATCH_TASK).update(max_attempts=1)
     killed: list[int] = []
-    kill_times: list[float] = []
-    while len(killed) < KILLS and sent(batch) < RECIPIENTS * 0.85:
+    while len(killed) < KILLS and sent(batch) < RECIPIENTS * 0.9:
         seen = ProviderCall.objects.aggregate(last=Max("id"))["last"] or 0
         alive = [w.pid for w in workers if w.alive()]
-        # The oldest worker that is calling the provider right now: the kill lands mid-chunk.
+        # A worker calling the provider right now: the kill lands mid-send.
         calling = wait_until(
             lambda seen=seen, alive=alive: callers_since(seen, alive),
             timeout=30,
@@ -71,9 +83,8 @@ def test_sigkill_mid_send_resends_only_in_flight_chunks_with_the_same_key(send_w
         victim.signal(signal.SIGKILL)
         assert victim.wait_exit() == -signal.SIGKILL
         killed.append(victim.pid)
-        kill_times.append(time.monotonic())
         workers.remove(victim)
-        workers.append(send_worker(claim_seconds=CLAIM_SECONDS, wait=False))
+        workers.append(worker(wait=False))
         progress = sent(batch) + BETWEEN_KILLS
         wait_until(
             lambda p=progress: sent(batch) >= min(p, RECIPIENTS),
@@ -83,7 +94,7 @@ def test_sigkill_mid_send_resends_only_in_flight_chunks_with_the_same_key(send_w
         )
     wait_until(
         lambda: batch_status(batch) == SendBatch.Status.COMPLETED,
-        timeout=60,
+        timeout=40,
         interval=0.1,
         message="the batch to complete",
     )
@@ -91,47 +102,43 @@ def test_sigkill_mid_send_resends_only_in_flight_chunks_with_the_same_key(send_w
 
     assert len(killed) == KILLS, "the send finished before all kills landed"
     assert_completed_once(batch, RECIPIENTS)
+    # Lanes died for good, and the sweeper gave the batch new ones, without an operator.
+    assert JobAttempt.objects.filter(
+        task_name=SEND_BATCH_TASK, outcome=JobAttempt.Outcome.LEASE_EXPIRED
+    ).exists()
+    assert Job.objects.filter(task_name=SEND_BATCH_TASK, status=Job.Status.FAILED).count() >= LANES
+    revived = ControlEvent.objects.filter(scope="batch", target=str(batch.pk), action="revive")
+    assert revived.exists()
+    assert not ControlEvent.objects.filter(
+        scope="batch", target=str(batch.pk), action__in=["pause", "resume"]
+    ).exists()
 
     # The provider saw every key, in the documented form, and nothing else.
     calls = calls_by_key(batch)
     assert set(calls) == expected_keys(batch)
     assert ProviderCall.objects.count() == sum(calls.values())
 
-    # Re-sends: a key's calls before its last (the one recorded) all come from killed
-    # workers, each within the last chunk that worker was sending when it died.
+    # Re-sends: every call of a key before its last (the recorded one) was the very
+    # last call of a killed worker, with the same message.
+    last_call = {
+        pid: ProviderCall.objects.filter(pid=pid).aggregate(last=Max("id"))["last"]
+        for pid in killed
+    }
     duplicated = {key for key, n in calls.items() if n > 1}
     by_key: dict[str, list[tuple]] = defaultdict(list)
     for row in ProviderCall.objects.filter(idempotency_key__in=duplicated).values_list(
         "idempotency_key", "id", "pid", "address", "subject", "body"
     ):
         by_key[row[0]].append(row[1:])
-    last_chunks = {
-        pid: set(
-            ProviderCall.objects.filter(pid=pid)
-            .order_by("-id")
-            .values_list("id", flat=True)[:CHUNK]
-        )
-        for pid in killed
-    }
     for key, key_calls in by_key.items():
         assert len({c[2:] for c in key_calls}) == 1, "a re-send changed the message: %s" % key
         *lost, _recorded = sorted(key_calls)
         for call_id, pid, *_ in lost:
             assert pid in killed, "a live worker's call of %s was sent again: %s" % (key, key_calls)
-            assert call_id in last_chunks[pid], "%s re-sent outside an in-flight chunk" % key
+            assert call_id == last_call[pid], "%s re-sent, not in flight: %s" % (key, key_calls)
     extra = sum(calls.values()) - RECIPIENTS
-    assert 0 < extra <= KILLS * CHUNK, (extra, KILLS * CHUNK)
-
-    # The kills hit lanes mid-send: their leases expired and other workers took them over.
-    assert JobAttempt.objects.filter(outcome=JobAttempt.Outcome.LEASE_EXPIRED).exists()
+    assert extra <= len(killed), (extra, len(killed))
     print(
-        "\nsigkill: recipients=%s kills=%s every=%.1fs re-sent calls=%s keys=%s elapsed=%.1fs"
-        % (
-            RECIPIENTS,
-            len(killed),
-            (kill_times[-1] - kill_times[0]) / (len(kill_times) - 1),
-            extra,
-            len(duplicated),
-            elapsed,
-        )
+        "\nsigkill: recipients=%s lanes=%s kills=%s extra_calls=%s revived=%s elapsed=%.1fs"
+        % (RECIPIENTS, LANES, len(killed), extra, revived.count(), elapsed)
     )
