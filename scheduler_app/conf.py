@@ -39,7 +39,9 @@ DEFAULTS: dict[str, Any] = {
     "SEND_QUEUE": "default",
     "SEND_LANES": 2,  # dispatch jobs per batch, so several workers share one send
     "SEND_CHUNK_SIZE": 100,  # recipients claimed at once; kill switches are checked per chunk
-    "SEND_CLAIM_SECONDS": 300.0,  # a crashed worker's chunk is sent again after this
+    # A lane's claim on a chunk, extended while it works; after a crash, the chunk's
+    # recipients go to another lane once it expires. Longer than any provider call.
+    "SEND_CLAIM_SECONDS": 60.0,
     "RECIPIENT_MAX_ATTEMPTS": 5,
     "BREAKER_WINDOW": 100,  # the automatic breaker looks at this many latest attempts
     "BREAKER_THRESHOLD": 0.5,  # and pauses the batch when more than this share failed
