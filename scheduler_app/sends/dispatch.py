@@ -36,6 +36,7 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.db.models import F, Min
+from django.db.models.functions import Coalesce, Greatest
 from django.utils.module_loading import import_string
 
 from scheduler_app import clock
@@ -476,7 +477,9 @@ def _deliver(
 def _finish_lane(batch: SendBatch, counts: Mapping[str, int]) -> dict[str, int]:
     """No due recipient for this lane: wait for retries, or complete the batch."""
     pending = Recipient.objects.filter(batch=batch, status=Status.PENDING, is_seed=False)
-    earliest = pending.aggregate(at=Min("next_attempt_at"))["at"]
+    # Due again when its retry time has come and no other lane's claim holds it.
+    due = Greatest("next_attempt_at", Coalesce("claimed_until", "next_attempt_at"))
+    earliest = pending.aggregate(at=Min(due))["at"]
     if earliest is not None:
         # Retries and local delivery times still to come, or other lanes' claims.
         raise RetryLater(
