@@ -42,6 +42,12 @@ class ScriptedProvider:
         return "scripted-%s" % idempotency_key
 
 
+class IdempotentProvider(ScriptedProvider):
+    """Promises one delivery per idempotency key, so its markers may wait for the chunk."""
+
+    idempotent = True
+
+
 @pytest.fixture
 def scripted(settings):
     """Send through ScriptedProvider; reset its script."""
@@ -50,6 +56,7 @@ def scripted(settings):
         "PROVIDERS": {
             **settings.SCHEDULER_APP["PROVIDERS"],
             "scripted": "tests.sends.test_crashes.ScriptedProvider",
+            "idempotent": "tests.sends.test_crashes.IdempotentProvider",
         },
     }
     ScriptedProvider.calls, ScriptedProvider.dies_on, ScriptedProvider.on_call = [], set(), None
@@ -96,6 +103,28 @@ def test_a_crash_mid_chunk_keeps_the_markers_of_recipients_already_sent(five, sc
     }
     five.refresh_from_db()
     assert (five.status, five.sent) == ("sending", 2)
+
+
+def test_an_idempotent_provider_gets_its_markers_per_chunk(five, scripted):
+    """Same key, one delivery: a crash re-sends the chunk, and the provider drops the copies."""
+    SendBatch.objects.filter(pk=five.pk).update(provider="idempotent")
+    scripted.dies_on = {"cat@example.com"}
+
+    with pytest.raises(WorkerDied):
+        run_lane_now(five)
+
+    assert states(five) == {
+        "ann": ("pending", 1),
+        "bob": ("pending", 1),
+        "cat": ("pending", 1),
+        "dan": ("pending", 0),
+        "eve": ("pending", 0),
+    }
+    scripted.dies_on = set()
+    expire_claims(five)
+    run_lane_now(five)
+    five.refresh_from_db()
+    assert (five.status, five.sent) == ("completed", 5)
 
 
 def test_after_a_crash_only_the_recipient_in_flight_is_sent_again(five, scripted):
