@@ -11,6 +11,7 @@ from django.contrib import admin, messages
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
@@ -18,6 +19,7 @@ from scheduler_app import clock
 from scheduler_app.admin.display import paused_banner, report_counts, seconds
 from scheduler_app.cancellation import CancelOutcome, cancel
 from scheduler_app.controls import paused_scopes
+from scheduler_app.exceptions import SendLaneNotCancellable
 from scheduler_app.models import Job, JobAttempt
 
 CANCEL_LABELS = {
@@ -173,10 +175,31 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel selected jobs", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet) -> None:
-        counts = collections.Counter(
-            cancel(pk, by=request.user) for pk in queryset.values_list("pk", flat=True)
-        )
+        counts: collections.Counter[CancelOutcome] = collections.Counter()
+        lanes = []
+        for pk in queryset.values_list("pk", flat=True):
+            try:
+                counts[cancel(pk, by=request.user)] += 1
+            except SendLaneNotCancellable as exc:
+                lanes.append(exc.params)
         report_counts(request, self, counts, CANCEL_LABELS)
+        for lane in lanes:
+            self.message_user(
+                request,
+                format_html(
+                    "Job {} not cancelled: it is a lane of send batch {}, which cannot be "
+                    'cancelled on its own. Cancel the batch instead (the "Cancel" action on '
+                    '<a href="{}">send batch {}</a>).',
+                    lane["job"],
+                    lane["batch"],
+                    reverse(
+                        "%s:scheduler_app_sendbatch_change" % self.admin_site.name,
+                        args=[lane["batch"]],
+                    ),
+                    lane["batch"],
+                ),
+                messages.ERROR,
+            )
 
     @admin.action(description="Run selected pending jobs now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
