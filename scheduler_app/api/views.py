@@ -32,7 +32,12 @@ from rest_framework.response import Response
 
 from scheduler_app import cancellation, clock
 from scheduler_app.api.errors import Conflict, error_body, exception_handler
-from scheduler_app.api.permissions import RESUME_BATCHES, visible_batches, visible_jobs
+from scheduler_app.api.permissions import (
+    RESUME_BATCHES,
+    SEND_MESSAGES,
+    visible_batches,
+    visible_jobs,
+)
 from scheduler_app.api.serializers import (
     BatchConflictSerializer,
     BatchPauseSerializer,
@@ -633,17 +638,22 @@ class MessageViewSet(SchedulerViewSet):
         summary="Schedule a message with an undo window",
         description="Schedule one email to `to`, sent by a worker once `undo_seconds` "
         "(default 10, at most 3600) have passed. Undo it before `undo_deadline` with "
-        "`POST undo_url` (jobs/{id}/undo/).",
+        "`POST undo_url` (jobs/{id}/undo/). Needs the `scheduler_app.send_message` "
+        "permission (403 without it).",
         request=MessageSerializer,
         responses={
             201: MessageScheduledSerializer,
             400: _error("Invalid body; `fields` names each invalid field."),
             401: NOT_AUTHENTICATED,
-            403: FORBIDDEN,
+            403: _error("No permission to send messages, or the CSRF check failed."),
             429: THROTTLED,
         },
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if not request.user.has_perm(SEND_MESSAGES):
+            raise exceptions.PermissionDenied(
+                "You do not have permission to send messages (%s)." % SEND_MESSAGES
+            )
         body = MessageSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
