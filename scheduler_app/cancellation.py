@@ -7,7 +7,9 @@ from typing import Any
 
 from scheduler_app import clock
 from scheduler_app.controls import as_user
+from scheduler_app.exceptions import SendLaneNotCancellable
 from scheduler_app.models import Job
+from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 
 
 class CancelOutcome(enum.StrEnum):
@@ -32,19 +34,34 @@ def cancel(job_id: int, *, by: Any = None, queryset: Any = None) -> CancelOutcom
     the cancel holds it, and a cancel that waited for a claim finds the job
     running. ``queryset`` narrows which jobs may be cancelled (e.g. a user's
     own); jobs outside it are NOT_FOUND. ``by`` is recorded as cancelled_by.
+    A send lane that has not finished raises SendLaneNotCancellable: only
+    cancelling its batch stops a send without stranding it.
     """
     jobs = queryset if queryset is not None else Job.objects.all()
     now = clock.now()
     while True:
-        updated = jobs.filter(pk=job_id, status=Job.Status.PENDING).update(
-            status=Job.Status.CANCELLED,
-            cancelled_at=now,
-            cancelled_by=as_user(by),
-            finished_at=now,
+        updated = (
+            jobs.filter(pk=job_id, status=Job.Status.PENDING)
+            .exclude(task_name=SEND_BATCH_TASK)
+            .update(
+                status=Job.Status.CANCELLED,
+                cancelled_at=now,
+                cancelled_by=as_user(by),
+                finished_at=now,
+            )
         )
         if updated:
             return CancelOutcome.CANCELLED
-        status = jobs.filter(pk=job_id).values_list("status", flat=True).first()
+        status, task_name, payload = jobs.filter(pk=job_id).values_list(
+            "status", "task_name", "payload"
+        ).first() or (None, None, None)
+        if task_name == SEND_BATCH_TASK and status in (Job.Status.PENDING, Job.Status.RUNNING):
+            raise SendLaneNotCancellable(
+                "Job %s is a lane of send batch %s and cannot be cancelled on its own; "
+                "cancel the batch instead." % (job_id, payload["batch"]),
+                job=job_id,
+                batch=payload["batch"],
+            )
         if status != Job.Status.PENDING:
             break
         # It was running at our UPDATE and went back to pending (a retry)

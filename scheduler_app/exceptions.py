@@ -58,6 +58,12 @@ class InvalidSchedule(ValidationError):
     code = "invalid_schedule"
 
 
+class SendLaneNotCancellable(SchedulerError):
+    """A send lane cannot be cancelled on its own; cancel its batch instead."""
+
+    code = "send_lane"
+
+
 class JobTimeout(SchedulerError):
     """The job ran longer than its task's timeout."""
 

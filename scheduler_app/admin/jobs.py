@@ -9,16 +9,20 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db import IntegrityError, transaction
-from django.db.models import F, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
 from scheduler_app import clock
 from scheduler_app.admin.display import paused_banner, report_counts, seconds
 from scheduler_app.cancellation import CancelOutcome, cancel
+from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
-from scheduler_app.models import Job, JobAttempt
+from scheduler_app.exceptions import SendLaneNotCancellable
+from scheduler_app.models import Job, JobAttempt, SendBatch
+from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 
 CANCEL_LABELS = {
     CancelOutcome.CANCELLED: (
@@ -47,6 +51,28 @@ CANCEL_LABELS = {
         messages.WARNING,
     ),
 }
+
+
+def run_pending_now(pending: QuerySet, *, now: dt.datetime) -> tuple[int, int]:
+    """Move ``pending`` jobs to ``now``, but never into an undo window; return (moved, held).
+
+    A job inside its undo window (plus UNDO_SAFETY_MARGIN) is held to the
+    window's end; a send lane keeps its batch's window. Each UPDATE is
+    guarded by the caller's ``status = pending`` filter.
+    """
+    margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
+    jobs = pending.exclude(task_name=SEND_BATCH_TASK)
+    in_window = Q(undo_deadline__gt=now - margin)
+    held = jobs.filter(in_window).update(run_at=F("undo_deadline") + margin)
+    moved = jobs.exclude(in_window).update(run_at=now)
+    lanes = pending.filter(task_name=SEND_BATCH_TASK)
+    batches = {payload["batch"] for payload in lanes.values_list("payload", flat=True)}
+    windows = SendBatch.objects.filter(pk__in=batches).filter(in_window)
+    for batch_id, deadline in windows.values_list("pk", "undo_deadline"):
+        held += lanes.filter(payload__batch=batch_id).update(run_at=deadline + margin)
+        batches.discard(batch_id)
+    moved += lanes.filter(payload__batch__in=batches).update(run_at=now)
+    return moved, held
 
 
 # The kill-switch state read once per changelist request (admin objects are shared).
@@ -173,17 +199,36 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Cancel selected jobs", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet) -> None:
-        counts = collections.Counter(
-            cancel(pk, by=request.user) for pk in queryset.values_list("pk", flat=True)
-        )
+        counts: collections.Counter[CancelOutcome] = collections.Counter()
+        lanes = []
+        for pk in queryset.values_list("pk", flat=True):
+            try:
+                counts[cancel(pk, by=request.user)] += 1
+            except SendLaneNotCancellable as exc:
+                lanes.append(exc.params)
         report_counts(request, self, counts, CANCEL_LABELS)
+        for lane in lanes:
+            self.message_user(
+                request,
+                format_html(
+                    "Job {} not cancelled: it is a lane of send batch {}, which cannot be "
+                    'cancelled on its own. Cancel the batch instead (the "Cancel" action on '
+                    '<a href="{}">send batch {}</a>).',
+                    lane["job"],
+                    lane["batch"],
+                    reverse(
+                        "%s:scheduler_app_sendbatch_change" % self.admin_site.name,
+                        args=[lane["batch"]],
+                    ),
+                    lane["batch"],
+                ),
+                messages.ERROR,
+            )
 
     @admin.action(description="Run selected pending jobs now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        now = clock.now()
-        moved = queryset.filter(status=Job.Status.PENDING).update(run_at=now)
-        skipped = queryset.count() - moved
-        counts = {"moved": moved, "skipped": skipped}
+        moved, held = run_pending_now(queryset.filter(status=Job.Status.PENDING), now=clock.now())
+        counts = {"moved": moved, "held": held, "skipped": queryset.count() - moved - held}
         report_counts(
             request,
             self,
@@ -193,6 +238,13 @@ class JobAdmin(admin.ModelAdmin):
                     "%(count)d job will run now.",
                     "%(count)d jobs will run now.",
                     messages.SUCCESS,
+                ),
+                "held": (
+                    "%(count)d job is inside its undo window: it will run once the window "
+                    "and its safety margin have passed, not before.",
+                    "%(count)d jobs are inside their undo window: they will run once the "
+                    "window and its safety margin have passed, not before.",
+                    messages.WARNING,
                 ),
                 "skipped": (
                     "%(count)d job skipped: only pending jobs can run now.",

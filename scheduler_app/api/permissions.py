@@ -19,6 +19,8 @@ CHANGE_ANY_JOB = "scheduler_app.change_job"
 CHANGE_ANY_BATCH = "scheduler_app.change_sendbatch"
 #: Needed (besides seeing the batch) to resume a paused send.
 RESUME_BATCHES = "scheduler_app.resume_sendbatch"
+#: Needed to send a message (POST messages/): without it the API is no open relay.
+SEND_MESSAGES = "scheduler_app.send_message"
 
 
 def acts_on_all(user: Any, permission: str) -> bool:

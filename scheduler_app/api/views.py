@@ -32,7 +32,12 @@ from rest_framework.response import Response
 
 from scheduler_app import cancellation, clock
 from scheduler_app.api.errors import Conflict, error_body, exception_handler
-from scheduler_app.api.permissions import RESUME_BATCHES, visible_batches, visible_jobs
+from scheduler_app.api.permissions import (
+    RESUME_BATCHES,
+    SEND_MESSAGES,
+    visible_batches,
+    visible_jobs,
+)
 from scheduler_app.api.serializers import (
     BatchConflictSerializer,
     BatchPauseSerializer,
@@ -49,6 +54,7 @@ from scheduler_app.api.serializers import (
 )
 from scheduler_app.api.throttling import WriteRateThrottle
 from scheduler_app.cancellation import CancelOutcome
+from scheduler_app.exceptions import SendLaneNotCancellable
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends import batches
 
@@ -121,6 +127,12 @@ class SchedulerViewSet(viewsets.GenericViewSet):
             raise exceptions.NotFound()
         return int(raw)
 
+    def absolute_url(self, name: str, *args: Any) -> str:
+        """Return the absolute URL of the API route ``name`` (in this request's namespace)."""
+        match = self.request.resolver_match
+        namespace = match.namespace + ":" if match and match.namespace else ""
+        return self.request.build_absolute_uri(reverse(namespace + name, args=args))
+
 
 class JobCursorPagination(CursorPagination):
     """Newest first; a stable cursor however many jobs are added meanwhile."""
@@ -175,7 +187,9 @@ BatchStatus = SendBatch.Status
 CANCEL_CONFLICT = OpenApiResponse(
     JobConflictSerializer,
     description="Too late: the job is running (`already_running`) or has finished "
-    "(`already_finished`). Nothing was changed; `job` is its current state.",
+    "(`already_finished`); or the job is a lane of a send batch (`send_lane`), which only "
+    "the batch's cancel (POST batches/{id}/cancel/) stops. Nothing was changed; `job` is "
+    "its current state.",
     examples=[
         OpenApiExample(
             "already_running",
@@ -266,7 +280,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
         summary="Cancel a job",
         description="Cancel a pending job. Exactly one of a cancel and a worker's claim wins; "
         "the response says which. Repeating a successful cancel returns 200 with "
-        '`"outcome": "already_cancelled"`.',
+        '`"outcome": "already_cancelled"`. A lane of a send batch (task '
+        "`scheduler_app.send_batch`) is never cancelled on its own: cancel its batch.",
         request=None,
         responses={
             200: JobCancelResultSerializer,
@@ -281,7 +296,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
     def cancel(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         job_id = self.object_id()
         visible = self.get_queryset()
-        outcome = cancellation.cancel(job_id, by=request.user, queryset=visible)
+        try:
+            outcome = cancellation.cancel(job_id, by=request.user, queryset=visible)
+        except SendLaneNotCancellable as exc:
+            batch_id = exc.params["batch"]
+            raise self._conflict(
+                self._stored(visible, job_id),
+                exc.code,
+                "Job %s is a lane of send batch %s and cannot be cancelled on its own; "
+                "cancel the batch instead: POST %s."
+                % (job_id, batch_id, self.absolute_url("batch-cancel", batch_id)),
+            ) from exc
         job = self._stored(visible, job_id, outcome)
         if outcome is CancelOutcome.TOO_LATE:
             raise self._conflict(
@@ -354,8 +379,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
             message = "Too late to undo: job %s is already being sent." % job_id
         raise self._conflict(job, "already_sending", message)
 
-    def _stored(self, visible: Any, job_id: int, outcome: CancelOutcome) -> Job:
-        """Return the job after cancel() reported ``outcome``; 404 if it is not there."""
+    def _stored(self, visible: Any, job_id: int, outcome: CancelOutcome | None = None) -> Job:
+        """Return the job as stored after cancel() reported ``outcome``; 404 if it is not there."""
         job = None if outcome is CancelOutcome.NOT_FOUND else visible.filter(pk=job_id).first()
         if job is None:  # not visible, or deleted since
             raise exceptions.NotFound()
@@ -613,17 +638,22 @@ class MessageViewSet(SchedulerViewSet):
         summary="Schedule a message with an undo window",
         description="Schedule one email to `to`, sent by a worker once `undo_seconds` "
         "(default 10, at most 3600) have passed. Undo it before `undo_deadline` with "
-        "`POST undo_url` (jobs/{id}/undo/).",
+        "`POST undo_url` (jobs/{id}/undo/). Needs the `scheduler_app.send_message` "
+        "permission (403 without it).",
         request=MessageSerializer,
         responses={
             201: MessageScheduledSerializer,
             400: _error("Invalid body; `fields` names each invalid field."),
             401: NOT_AUTHENTICATED,
-            403: FORBIDDEN,
+            403: _error("No permission to send messages, or the CSRF check failed."),
             429: THROTTLED,
         },
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        if not request.user.has_perm(SEND_MESSAGES):
+            raise exceptions.PermissionDenied(
+                "You do not have permission to send messages (%s)." % SEND_MESSAGES
+            )
         body = MessageSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -635,13 +665,11 @@ class MessageViewSet(SchedulerViewSet):
             undo_window=dt.timedelta(seconds=data["undo_seconds"]),
             owner=request.user,
         )
-        namespace = request.resolver_match.namespace if request.resolver_match else ""
-        undo = reverse("%sjob-undo" % (namespace + ":" if namespace else ""), args=[job.pk])
         return Response(
             {
                 "job": job.pk,
                 "undo_deadline": _utc(job.undo_deadline),
-                "undo_url": request.build_absolute_uri(undo),
+                "undo_url": self.absolute_url("job-undo", job.pk),
             },
             status=201,
         )

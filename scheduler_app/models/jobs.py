@@ -97,6 +97,8 @@ class Job(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        # POST messages/ sends email to any address: not every user may.
+        permissions = [("send_message", "Can send a message through the API")]
         constraints = [
             models.UniqueConstraint(
                 fields=["task_name", "unique_key"],

@@ -12,10 +12,11 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import uuid
 from typing import Any
 
 from django.db import transaction
-from django.db.models import CharField, QuerySet, Value
+from django.db.models import CharField, F, Q, QuerySet, Value
 from django.db.models.functions import Cast, Concat
 
 from scheduler_app import clock
@@ -27,8 +28,8 @@ from scheduler_app.schedules.per_item import local_run_time
 from scheduler_app.scheduling import JobRequest, schedule, schedule_many
 from scheduler_app.sends import states
 from scheduler_app.sends.audience import freeze, get_audience
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK
-from scheduler_app.sends.providers import get_provider
+from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK, Outcome, deliver
+from scheduler_app.sends.providers import SlowDown, get_provider
 from scheduler_app.sends.rendering import MessageTemplate, RenderError
 
 logger = logging.getLogger("scheduler_app.sends")
@@ -245,7 +246,9 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
 
     Renders with ``seed_context``. Each seed is a Recipient row (is_seed) of
     the batch with key ``seed:<fingerprint>:<address>``, so a repeated seed
-    send of the same content is not sent twice.
+    send of the same content is not sent twice, and of two seed sends at once
+    only the one that claims a seed sends it. Returns the markers as stored
+    afterwards (a seed the other send still holds is pending).
     """
     if not batch.seed_list:
         raise ValidationError("The batch has no seed list.")
@@ -253,7 +256,7 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
     provider = get_provider(batch.provider)
     digest = fingerprint(batch)
     now = clock.now()
-    markers = []
+    ids = []
     for address in batch.seed_list:
         marker, _ = Recipient.objects.get_or_create(
             batch=batch,
@@ -267,7 +270,9 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
         )
         if marker.status != Recipient.Status.SENT:  # new, or failed last time: (re)send
             _send_seed(marker, template, provider)
-        markers.append(marker)
+        ids.append(marker.pk)
+    stored = Recipient.objects.in_bulk(ids)
+    markers = [stored[pk] for pk in ids]
     if all(m.status == Recipient.Status.SENT for m in markers):
         SendBatch.objects.filter(pk=batch.pk).update(seed_sent_at=now, seed_fingerprint=digest)
     record("batch", str(batch.pk), "seed", by=by)
@@ -275,24 +280,43 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
 
 
 def _send_seed(marker: Recipient, template: MessageTemplate, provider: Any) -> None:
-    from scheduler_app.sends.dispatch import Outcome, _deliver
-    from scheduler_app.sends.providers import SlowDown
+    """Claim the seed marker, send it and record the outcome; do nothing if another send holds it.
 
+    The claim is one guarded UPDATE (not sent, no live claim), so exactly one
+    of concurrent seed sends calls the provider; the outcome is written only
+    while the claim is still ours.
+    """
+    claim = "seed:%s" % uuid.uuid4().hex
+    now = clock.now()
+    claimed = (
+        Recipient.objects.filter(pk=marker.pk)
+        .exclude(status=Recipient.Status.SENT)
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .update(
+            claimed_by=claim,
+            claimed_until=now + dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS),
+        )
+    )
+    if not claimed:
+        logger.info("seed held by another seed send batch=%s seed=%s", marker.batch_id, marker.pk)
+        return
     try:
         message = template.render(marker.address, marker.context)
-        outcome = _deliver(
-            provider, message, marker.idempotency_key, marker.pk, marker.attempts + 1
-        )
+        outcome = deliver(provider, message, marker.idempotency_key, marker.pk, marker.attempts + 1)
     except (RenderError, SlowDown) as exc:
         outcome = Outcome(marker.pk, Recipient.Status.FAILED, error=str(exc))
-    marker.status = (
-        outcome.status if outcome.status != Recipient.Status.PENDING else Recipient.Status.FAILED
-    )
-    marker.attempts += 1
-    marker.sent_at, marker.provider_message_id = outcome.sent_at, outcome.message_id
-    marker.last_error = outcome.error
-    marker.save(
-        update_fields=["status", "attempts", "sent_at", "provider_message_id", "last_error"]
+    Recipient.objects.filter(pk=marker.pk, claimed_by=claim).update(
+        status=(
+            outcome.status
+            if outcome.status != Recipient.Status.PENDING
+            else Recipient.Status.FAILED
+        ),
+        attempts=F("attempts") + 1,
+        sent_at=outcome.sent_at,
+        provider_message_id=outcome.message_id,
+        last_error=outcome.error,
+        claimed_by="",
+        claimed_until=None,
     )
 
 

@@ -372,7 +372,7 @@ class Lane:
             )
             return None
         try:
-            outcome = _deliver(
+            outcome = deliver(
                 self.provider, message, "%s:%s" % (self.batch.pk, key), recipient_id, attempt
             )
         except SlowDown as exc:  # not sent: no attempt used, this and the rest wait
@@ -449,7 +449,7 @@ def _halt_check(batch_id: int) -> Callable[[], str]:
     return check
 
 
-def _deliver(
+def deliver(
     provider: Provider, message: Message, key: str, recipient_id: int, attempts: int
 ) -> Outcome:
     """Call the provider once; raise SlowDown, else return the recipient's outcome."""

@@ -12,10 +12,17 @@ from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job
 from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
 from tests.api.conftest import client_for
+from tests.api.helpers import grant
 from tests.helpers import running_worker, wait_for_status
 
 T0 = dt.datetime(2030, 1, 1, 12, 0, tzinfo=dt.UTC)
 MESSAGE = {"to": "ann@example.com", "subject": "Hello", "text": "Hi Ann"}
+
+
+@pytest.fixture(autouse=True)
+def _ada_may_send(ada):
+    """Ada sends the messages of these tests: she holds scheduler_app.send_message."""
+    grant(ada, "send_message")
 
 
 def make_due(job_id: int) -> None:

@@ -162,6 +162,7 @@ def test_fuzzing_finds_no_server_error_and_no_response_outside_the_schema(
     ada, jobs_in_every_state, batches_in_every_state, mode
 ):
     grant(ada, "resume_sendbatch")  # so that resume reaches 200 and 409 too
+    grant(ada, "send_message")  # so that messages reaches 201 and 400 too
     schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", WSGIHandler())
     token = "Token %s" % Token.objects.get_or_create(user=ada)[0].key
     ids = {
