@@ -69,8 +69,9 @@ def freeze_audience(batch: SendBatch, *, now: dt.datetime) -> int:
     count = freeze(batch.pk, query, next_attempt_at=now)
     if batch.local_delivery_time is not None:
         _set_local_delivery_times(batch, now)
-    SendBatch.objects.filter(pk=batch.pk).update(total=count, frozen_at=now)
-    batch.total, batch.frozen_at = count, now
+    types = query.context_types
+    SendBatch.objects.filter(pk=batch.pk).update(total=count, frozen_at=now, context_types=types)
+    batch.total, batch.frozen_at, batch.context_types = count, now, types
     return count
 
 
