@@ -43,6 +43,10 @@ from scheduler_app.sends.rendering import RenderError
 logger = logging.getLogger("scheduler_app.sends")
 
 
+#: The recipient's own values: a context field of the same name would stand in for them.
+RESERVED_CONTEXT_NAMES = frozenset({"key", "address", "timezone", "to"})
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AudienceQuery:
     """A queryset and which of its fields are the recipient's key, address, zone and context."""
@@ -55,6 +59,12 @@ class AudienceQuery:
 
     def __post_init__(self) -> None:
         for name in self.context:
+            if name in RESERVED_CONTEXT_NAMES:
+                raise ValidationError(
+                    "Context name %r is reserved: key, address, timezone and to are the "
+                    "recipient's own; give the context field another name, e.g. %r."
+                    % (name, "customer_%s" % name)
+                )
             if name.startswith("_"):
                 raise ValidationError("Context names must not start with '_': %r." % name)
 
@@ -190,6 +200,8 @@ def get_audience(name: str, params: Mapping[str, Any]) -> AudienceQuery:
         )
     try:
         query = source(params)
+    except ValidationError as exc:  # e.g. a reserved context name
+        raise ValidationError("Audience %r: %s" % (name, exc.message)) from exc
     except (KeyError, TypeError, ValueError) as exc:
         raise ValidationError("Audience %r rejected its parameters: %s" % (name, exc)) from exc
     if not isinstance(query, AudienceQuery):
