@@ -7,8 +7,8 @@ import smtplib
 from typing import Any
 
 from django.core.mail import EmailMultiAlternatives, get_connection
-from django.core.mail.utils import DNS_NAME
 
+from scheduler_app.conf import message_id_domain
 from scheduler_app.sends.providers import (
     PermanentSendError,
     SenderRefused,
@@ -28,9 +28,12 @@ def default_mail_connection() -> Any:
 
 
 def message_id_for(idempotency_key: str, domain: str | None = None) -> str:
-    """Return a Message-ID derived from the idempotency key: a re-send carries the same one."""
+    """Return a Message-ID derived from the idempotency key and MESSAGE_ID_DOMAIN.
+
+    Never from the host's name: a re-send from another worker carries the same one.
+    """
     digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
-    return "<%s@%s>" % (digest, domain or DNS_NAME)
+    return "<%s@%s>" % (digest, domain or message_id_domain())
 
 
 class DjangoEmailProvider:
