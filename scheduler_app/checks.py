@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error, Tags, register
 
-from scheduler_app.conf import DEFAULTS, app_settings
+from scheduler_app.conf import DEFAULTS, app_settings, message_id_domain
 from scheduler_app.registry import all_tasks
 
 POSITIVE_NUMBERS = (
@@ -19,6 +20,7 @@ POSITIVE_NUMBERS = (
     "SUMMARY_INTERVAL",
 )
 POSITIVE_INTEGERS = ("CONCURRENCY", "CLAIM_BATCH_SIZE", "DEFAULT_MAX_ATTEMPTS")
+DOMAIN_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
 
 
 @register(Tags.compatibility)
@@ -71,7 +73,42 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="scheduler_app.E005",
             )
         )
+    errors.extend(_check_message_id_domain())
     return errors
+
+
+def _check_message_id_domain() -> list[Error]:
+    configured = app_settings.MESSAGE_ID_DOMAIN
+    if configured is not None:
+        if isinstance(configured, str) and _plausible_domain(configured):
+            return []
+        return [
+            Error(
+                "SCHEDULER_APP['MESSAGE_ID_DOMAIN'] must be a domain name such as "
+                "'mail.example.com', not %r." % (configured,),
+                id="scheduler_app.E030",
+            )
+        ]
+    if _plausible_domain(message_id_domain()):
+        return []
+    return [
+        Error(
+            "Message-IDs take their domain from DEFAULT_FROM_EMAIL (%r), which has none."
+            % settings.DEFAULT_FROM_EMAIL,
+            hint="Set SCHEDULER_APP['MESSAGE_ID_DOMAIN'] (e.g. 'mail.example.com').",
+            id="scheduler_app.E030",
+        )
+    ]
+
+
+def _plausible_domain(domain: str) -> bool:
+    """Return True for a host name of dot-separated labels (IDNA allowed), at most 253 long."""
+    try:
+        ascii_domain = domain.encode("idna").decode("ascii")
+    except UnicodeError:
+        return False
+    labels = ascii_domain.split(".")
+    return len(ascii_domain) <= 253 and all(DOMAIN_LABEL.fullmatch(label) for label in labels)
 
 
 @register(Tags.compatibility)

@@ -7,6 +7,7 @@ access (cached until Django's ``setting_changed`` fires), so tests can use
 
 from __future__ import annotations
 
+from email.utils import parseaddr
 from typing import Any
 
 from django.conf import settings
@@ -53,6 +54,9 @@ DEFAULTS: dict[str, Any] = {
     "LARGE_BATCH_WINDOW": 3600.0,  # ... scheduled within this many seconds of each other
     "CHECKLIST_RELAX": [],  # checklist item names that do not block scheduling
     "DRY_RUN_SHORT_BODY": 20,  # a rendered body shorter than this is reported as very short
+    # The domain of Message-IDs (<hash of the idempotency key>@domain), the same on every
+    # host; None: the domain of DEFAULT_FROM_EMAIL.
+    "MESSAGE_ID_DOMAIN": None,
     # Task defaults, overridable per task in @task(...).
     "DEFAULT_MAX_ATTEMPTS": 3,
     "DEFAULT_TIMEOUT": None,
@@ -81,6 +85,14 @@ class AppSettings:
 
 
 app_settings = AppSettings()
+
+
+def message_id_domain() -> str:
+    """Return MESSAGE_ID_DOMAIN, or else the domain of DEFAULT_FROM_EMAIL ('' if it has none)."""
+    if app_settings.MESSAGE_ID_DOMAIN is not None:
+        return app_settings.MESSAGE_ID_DOMAIN
+    _, at, domain = parseaddr(settings.DEFAULT_FROM_EMAIL)[1].rpartition("@")
+    return domain if at else ""
 
 
 def _reload_on_change(*, setting: str, **kwargs: Any) -> None:

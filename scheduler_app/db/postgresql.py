@@ -166,7 +166,7 @@ RECIPIENT = "scheduler_app_recipient"
 FREEZE_RECIPIENTS = f"""
 INSERT INTO {RECIPIENT} (batch_id, recipient_key, address, timezone, context, is_seed, status,
                          attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
-SELECT %s, a.sa_key::text, COALESCE(a.sa_address::text, ''), {{timezone}}, {{context}},
+SELECT %s, a.sa_key::text, COALESCE(a.sa_address::text, ''), {{timezone}}, a.sa_context,
        false, 'pending', 0, %s, '', '', ''
 FROM ({{select}}) AS a
 ON CONFLICT (batch_id, recipient_key) DO NOTHING
@@ -247,22 +247,14 @@ def freeze_recipients(
     batch_id: int,
     select_sql: str,
     select_params: Sequence,
-    context_names: Sequence[str],
     has_timezone: bool,
     next_attempt_at: dt.datetime,
 ) -> int:
-    """INSERT ... SELECT an audience into Recipient; return how many rows were inserted."""
+    """INSERT ... SELECT an audience (sa_key, sa_address, [sa_timezone,] sa_context); count."""
     timezone = "COALESCE(a.sa_timezone::text, '')" if has_timezone else "''"
-    context = "jsonb_build_object(%s)" % ", ".join(
-        "%%s::text, a.sa_%s" % name for name in context_names
-    )
-    sql = (
-        FREEZE_RECIPIENTS.replace("{timezone}", timezone)
-        .replace("{context}", context)
-        .replace("{select}", select_sql)
-    )
-    # In the order the placeholders appear: batch, context names, time, the SELECT's own.
-    params = [batch_id, *context_names, next_attempt_at, *select_params]
+    sql = FREEZE_RECIPIENTS.replace("{timezone}", timezone).replace("{select}", select_sql)
+    # In the order the placeholders appear: batch, time, the SELECT's own.
+    params = [batch_id, next_attempt_at, *select_params]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount

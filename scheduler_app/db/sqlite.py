@@ -182,7 +182,7 @@ RECIPIENT = "scheduler_app_recipient"
 FREEZE_RECIPIENTS = f"""
 INSERT INTO {RECIPIENT} (batch_id, recipient_key, address, timezone, context, is_seed, status,
                          attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
-SELECT %s, CAST(a.sa_key AS TEXT), COALESCE(a.sa_address, ''), {{timezone}}, {{context}},
+SELECT %s, CAST(a.sa_key AS TEXT), COALESCE(a.sa_address, ''), {{timezone}}, a.sa_context,
        0, 'pending', 0, %s, '', '', ''
 FROM ({{select}}) AS a
 WHERE true
@@ -234,20 +234,14 @@ def freeze_recipients(
     batch_id: int,
     select_sql: str,
     select_params: Sequence,
-    context_names: Sequence[str],
     has_timezone: bool,
     next_attempt_at: dt.datetime,
 ) -> int:
-    """INSERT ... SELECT an audience into Recipient; return how many rows were inserted."""
+    """INSERT ... SELECT an audience (sa_key, sa_address, [sa_timezone,] sa_context); count."""
     timezone = "COALESCE(a.sa_timezone, '')" if has_timezone else "''"
-    context = "json_object(%s)" % ", ".join("%%s, a.sa_%s" % name for name in context_names)
-    sql = (
-        FREEZE_RECIPIENTS.replace("{timezone}", timezone)
-        .replace("{context}", context)
-        .replace("{select}", select_sql)
-    )
+    sql = FREEZE_RECIPIENTS.replace("{timezone}", timezone).replace("{select}", select_sql)
     adapt = connection.ops.adapt_datetimefield_value
-    params = [batch_id, *context_names, adapt(next_attempt_at), *select_params]
+    params = [batch_id, adapt(next_attempt_at), *select_params]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount

@@ -78,6 +78,10 @@ class SendBatch(models.Model):
     lane_errors = models.PositiveIntegerField(default=0, db_default=0, editable=False)
 
     frozen_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # {context name: "date" | "datetime" | "time" | "decimal:<places>" | "uuid" | "bool"},
+    # recorded at the freeze: the frozen JSON has no dates (sends.audience.thaw_context).
+    # Nullable, so workers that predate it can still create batches during a deploy.
+    context_types = models.JSONField(null=True, blank=True, editable=False)
     started_at = models.DateTimeField(null=True, blank=True, editable=False)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
 

@@ -12,22 +12,39 @@ A project registers a source in code::
 
 Each value names a field (or lookup, e.g. "profile__tz") of the queryset's
 rows. The freeze copies them into Recipient with one INSERT ... SELECT in
-the database, de-duplicated by recipient key, before anything is sent.
+the database, de-duplicated by recipient key, before anything is sent. The
+context is frozen as JSON, which has no dates or decimals: the freeze records
+their types on the batch and thaw_context() gives them back, to the send and
+to the dry-run alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import decimal
+import functools
+import json
 import logging
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet, TextField
+from django.db.models.functions import Cast, JSONObject
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime, parse_time
 
 from scheduler_app.exceptions import ValidationError
+from scheduler_app.sends.rendering import RenderError
 
 logger = logging.getLogger("scheduler_app.sends")
+
+
+#: The recipient's own values: a context field of the same name would stand in for them.
+RESERVED_CONTEXT_NAMES = frozenset({"key", "address", "timezone", "to"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,28 +57,118 @@ class AudienceQuery:
     timezone: str | None = None
     context: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
-    def rows(self) -> Iterator[dict[str, Any]]:
-        """Yield each audience row as {key, address, timezone, context} (for dry-runs)."""
-        fields = self._fields()
-        names = list(fields)
-        for values in self.queryset.values_list(*fields.values()).iterator(chunk_size=2000):
-            row = dict(zip(names, values, strict=True))
-            yield {
-                "key": str(row.pop("_key")),
-                "address": row.pop("_address") or "",
-                "timezone": row.pop("_timezone", None) or "",
-                "context": row,
-            }
-
-    def _fields(self) -> dict[str, str]:
-        fields = {"_key": self.key, "_address": self.address}
-        if self.timezone:
-            fields["_timezone"] = self.timezone
-        for name, field in self.context.items():
+    def __post_init__(self) -> None:
+        for name in self.context:
+            if name in RESERVED_CONTEXT_NAMES:
+                raise ValidationError(
+                    "Context name %r is reserved: key, address, timezone and to are the "
+                    "recipient's own; give the context field another name, e.g. %r."
+                    % (name, "customer_%s" % name)
+                )
             if name.startswith("_"):
                 raise ValidationError("Context names must not start with '_': %r." % name)
-            fields[name] = field
-        return fields
+
+    @functools.cached_property
+    def context_types(self) -> dict[str, str]:
+        """Return {context name: type} for the context fields JSON would flatten to strings."""
+        aliases = {"sa_ctx_%s" % i: name for i, name in enumerate(self.context)}
+        resolved = self.queryset.values(
+            **{alias: F(self.context[name]) for alias, name in aliases.items()}
+        ).query.annotations
+        types = {}
+        for alias, name in aliases.items():
+            field = resolved[alias].output_field
+            kind = THAWED_TYPES.get(field.get_internal_type())
+            if kind == "decimal" and field.decimal_places is not None:
+                kind = "decimal:%s" % field.decimal_places
+            if kind:
+                types[name] = kind
+        return types
+
+    def frozen_rows(self) -> QuerySet:
+        """Return the rows as the freeze copies them: sa_key, sa_address, sa_timezone and
+        sa_context, the context as one JSON object built by the database."""
+        selected: dict[str, Any] = {"sa_key": F(self.key), "sa_address": F(self.address)}
+        if self.timezone:
+            selected["sa_timezone"] = F(self.timezone)
+        selected["sa_context"] = JSONObject(
+            **{name: self._frozen_value(name, field) for name, field in self.context.items()}
+        )
+        return self.queryset.values(**selected)
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Yield each audience row as {key, address, timezone, context} (for dry-runs).
+
+        The context goes through the same JSON and thaw as a frozen recipient's,
+        so a dry-run renders exactly what the send will.
+        """
+        for row in self.frozen_rows().iterator(chunk_size=2000):
+            yield {
+                "key": str(row["sa_key"]),
+                "address": row["sa_address"] or "",
+                "timezone": row.get("sa_timezone") or "",
+                "context": thaw_context(self.context_types, row["sa_context"]),
+            }
+
+    def _frozen_value(self, name: str, field: str) -> Any:
+        # A decimal as JSON text, not a JSON number: "12.50" keeps its digits.
+        if self.context_types.get(name, "").startswith("decimal"):
+            return Cast(F(field), output_field=TextField())
+        return F(field)
+
+
+#: Model field types whose values JSON turns into strings (or numbers), and back.
+THAWED_TYPES = {
+    "DateField": "date",
+    "DateTimeField": "datetime",
+    "TimeField": "time",
+    "DecimalField": "decimal",
+    "UUIDField": "uuid",
+    "BooleanField": "bool",
+}
+
+
+def thaw_context(types: Mapping[str, str] | None, raw: str | Mapping[str, Any] | None) -> dict:
+    """Return a frozen context (JSON text or dict) with its values in their Python types.
+
+    ``types`` is the batch's ``context_types`` (recorded at the freeze). Raise
+    RenderError if a value does not parse as its type (hand-typed data).
+    """
+    context = json.loads(raw) if isinstance(raw, str) else dict(raw or {})
+    for name, kind in (types or {}).items():
+        value = context.get(name)
+        if value is not None:
+            context[name] = _thaw_value(name, kind, value)
+    return context
+
+
+def _thaw_value(name: str, kind: str, value: Any) -> Any:
+    kind, _, places = kind.partition(":")
+    try:
+        if kind == "date":
+            thawed = parse_date(value)
+        elif kind == "datetime":
+            thawed = parse_datetime(value)
+            # SQLite stores datetimes in UTC without an offset.
+            if thawed is not None and settings.USE_TZ and timezone.is_naive(thawed):
+                thawed = thawed.replace(tzinfo=dt.UTC)
+        elif kind == "time":
+            thawed = parse_time(value)
+        elif kind == "decimal":
+            thawed = decimal.Decimal(str(value))
+            if places:
+                thawed = thawed.quantize(decimal.Decimal(1).scaleb(-int(places)))
+        elif kind == "uuid":
+            thawed = uuid.UUID(str(value))
+        elif kind == "bool":
+            thawed = bool(value)
+        else:
+            return value
+    except (TypeError, ValueError, ArithmeticError):
+        thawed = None
+    if thawed is None:
+        raise RenderError("The recipient's %r is not a valid %s: %r." % (name, kind, value))
+    return thawed
 
 
 AudienceSource = Callable[[Mapping[str, Any]], AudienceQuery]
@@ -93,6 +200,8 @@ def get_audience(name: str, params: Mapping[str, Any]) -> AudienceQuery:
         )
     try:
         query = source(params)
+    except ValidationError as exc:  # e.g. a reserved context name
+        raise ValidationError("Audience %r: %s" % (name, exc.message)) from exc
     except (KeyError, TypeError, ValueError) as exc:
         raise ValidationError("Audience %r rejected its parameters: %s" % (name, exc)) from exc
     if not isinstance(query, AudienceQuery):
@@ -110,28 +219,19 @@ def freeze(batch_id: int, query: AudienceQuery, *, next_attempt_at: Any) -> int:
     One INSERT ... SELECT, de-duplicated by recipient key (the first row of a
     key wins; the database refuses a second). Rows without an address are
     copied too and skipped at send time, so the count says what the query saw.
+    The caller records ``query.context_types`` on the batch: thaw_context() needs them.
     """
     from scheduler_app.db import backend
 
-    fields = query._fields()
-    values = query.queryset.order_by().values(**_aliases(fields))
-    select_sql, params = values.query.sql_with_params()
+    select_sql, params = query.frozen_rows().order_by().query.sql_with_params()
     inserted = backend().freeze_recipients(
         batch_id=batch_id,
         select_sql=select_sql,
         select_params=params,
-        context_names=[name for name in fields if not name.startswith("_")],
-        has_timezone="_timezone" in fields,
+        has_timezone=bool(query.timezone),
         next_attempt_at=next_attempt_at,
     )
     logger.info(
         "audience frozen batch=%s recipients=%s vendor=%s", batch_id, inserted, connection.vendor
     )
     return inserted
-
-
-def _aliases(fields: dict[str, str]) -> dict[str, Any]:
-    """Return values() keyword arguments that select each field under a fixed alias."""
-    from django.db.models import F
-
-    return {"sa_" + name.lstrip("_"): F(field) for name, field in fields.items()}

@@ -29,7 +29,7 @@ from scheduler_app.scheduling import JobRequest, schedule, schedule_many
 from scheduler_app.sends import states
 from scheduler_app.sends.audience import freeze, get_audience
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK, Outcome, deliver
-from scheduler_app.sends.providers import SlowDown, get_provider
+from scheduler_app.sends.providers import SenderRefused, SlowDown, get_provider
 from scheduler_app.sends.rendering import MessageTemplate, RenderError
 
 logger = logging.getLogger("scheduler_app.sends")
@@ -73,8 +73,9 @@ def freeze_audience(batch: SendBatch, *, now: dt.datetime) -> int:
     count = freeze(batch.pk, query, next_attempt_at=now)
     if batch.local_delivery_time is not None:
         _set_local_delivery_times(batch, now)
-    SendBatch.objects.filter(pk=batch.pk).update(total=count, frozen_at=now)
-    batch.total, batch.frozen_at = count, now
+    types = query.context_types
+    SendBatch.objects.filter(pk=batch.pk).update(total=count, frozen_at=now, context_types=types)
+    batch.total, batch.frozen_at, batch.context_types = count, now, types
     return count
 
 
@@ -303,7 +304,7 @@ def _send_seed(marker: Recipient, template: MessageTemplate, provider: Any) -> N
     try:
         message = template.render(marker.address, marker.context)
         outcome = deliver(provider, message, marker.idempotency_key, marker.pk, marker.attempts + 1)
-    except (RenderError, SlowDown) as exc:
+    except (RenderError, SlowDown, SenderRefused) as exc:
         outcome = Outcome(marker.pk, Recipient.Status.FAILED, error=str(exc))
     Recipient.objects.filter(pk=marker.pk, claimed_by=claim).update(
         status=(

@@ -25,14 +25,12 @@ import collections
 import contextlib
 import dataclasses
 import datetime as dt
-import json
 import logging
 import math
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 from django.db.models import F, Min
@@ -48,9 +46,11 @@ from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.registry import JobContext, task
 from scheduler_app.retry import RetryPolicy
 from scheduler_app.sends import limiter, states
+from scheduler_app.sends.audience import thaw_context
 from scheduler_app.sends.providers import (
     PermanentSendError,
     Provider,
+    SenderRefused,
     SlowDown,
     TransientSendError,
     get_provider,
@@ -324,7 +324,9 @@ class Lane:
                 self._add(Outcome(recipient_id, Status.SKIPPED, error=suppressed[address]))
                 continue
             try:
-                message = self.template.render(address, _context(context))
+                message = self.template.render(
+                    address, thaw_context(self.batch.context_types, context)
+                )
             except RenderError as exc:
                 self._add(Outcome(recipient_id, Status.FAILED, error=str(exc)))
                 continue
@@ -382,6 +384,11 @@ class Lane:
                 refund=1,
                 next_attempt_at=clock.now() + exc.delay,
                 error=str(exc),
+            )
+        except SenderRefused as exc:  # not the recipient's fault: no attempt used, pause
+            self.stop_reason = str(exc)
+            return Outcome(
+                recipient_id, Status.PENDING, refund=1, next_attempt_at=clock.now(), error=str(exc)
             )
         return outcome
 
@@ -452,10 +459,10 @@ def _halt_check(batch_id: int) -> Callable[[], str]:
 def deliver(
     provider: Provider, message: Message, key: str, recipient_id: int, attempts: int
 ) -> Outcome:
-    """Call the provider once; raise SlowDown, else return the recipient's outcome."""
+    """Call the provider once; raise SlowDown or SenderRefused, else return the outcome."""
     try:
         message_id = provider.send(message, key)
-    except SlowDown:
+    except (SlowDown, SenderRefused):
         raise
     except PermanentSendError as exc:
         return Outcome(recipient_id, Status.FAILED, error="%s: %s" % (type(exc).__name__, exc))
@@ -507,10 +514,6 @@ def _suppressed(addresses: list[str], batch: SendBatch) -> dict[str, str]:
     if not path or not addresses:
         return {}
     return dict(import_string(path)(addresses, batch))
-
-
-def _context(value: Any) -> dict[str, Any]:
-    return json.loads(value) if isinstance(value, str) else dict(value or {})
 
 
 def _log_progress(batch_id: int) -> None:

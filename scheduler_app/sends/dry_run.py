@@ -44,7 +44,7 @@ def dry_run(batch: SendBatch) -> DryRunReport:
     query = get_audience(batch.audience, batch.audience_params)
     counts: collections.Counter[str] = collections.Counter()
     keys: set[str] = set()
-    addresses: collections.Counter[str] = collections.Counter()
+    first_with: dict[str, tuple[str, str]] = {}  # lower-cased address -> (key, address)
     lines = []
     short = app_settings.DRY_RUN_SHORT_BODY
     for row in query.rows():
@@ -54,7 +54,15 @@ def dry_run(batch: SendBatch) -> DryRunReport:
             counts["duplicate_keys"] += 1
             problems.append("duplicate recipient key (sent once)")
         keys.add(row["key"])
-        addresses[row["address"].lower()] += 1
+        if row["address"]:
+            invalid = address_problem(row["address"])
+            if invalid:
+                counts["invalid_addresses"] += 1
+                problems.append(invalid)
+            duplicate = _duplicate_of(row, first_with)
+            if duplicate:
+                counts["duplicate_addresses"] += 1
+                problems.append(duplicate)
         subject, length = "", 0
         try:
             message = template.render(row["address"], row["context"])
@@ -77,12 +85,10 @@ def dry_run(batch: SendBatch) -> DryRunReport:
             )
         )
     counts["recipients"] = len(keys)
-    counts["duplicate_addresses"] = sum(
-        n - 1 for address, n in addresses.items() if address and n > 1
-    )
     counts["problems"] = (
         counts["failed"]
         + counts["very_short"]
+        + counts["invalid_addresses"]
         + counts["duplicate_addresses"]
         + counts["duplicate_keys"]
     )
@@ -96,6 +102,7 @@ def dry_run(batch: SendBatch) -> DryRunReport:
             "empty",
             "very_short",
             "leftover_syntax",
+            "invalid_addresses",
             "duplicate_addresses",
             "duplicate_keys",
             "problems",
@@ -116,6 +123,32 @@ def dry_run(batch: SendBatch) -> DryRunReport:
     )
     batch.refresh_from_db()
     return DryRunReport(path=path, summary=summary)
+
+
+def address_problem(address: str) -> str:
+    """Return why ``address`` cannot be a valid email address, or ''."""
+    if any(char.isspace() for char in address):
+        return "address cannot be valid: it contains a space"
+    local, at, domain = address.partition("@")
+    if not at:
+        return "address cannot be valid: no '@'"
+    if "@" in domain:
+        return "address cannot be valid: more than one '@'"
+    if not local:
+        return "address cannot be valid: nothing before '@'"
+    if not domain:
+        return "address cannot be valid: nothing after '@'"
+    return ""
+
+
+def _duplicate_of(row: dict, first_with: dict[str, tuple[str, str]]) -> str:
+    """Return which earlier recipient has the same address (case aside), or ''; remember it."""
+    key, address = first_with.setdefault(row["address"].lower(), (row["key"], row["address"]))
+    if key == row["key"]:
+        return ""
+    if address == row["address"]:
+        return "same address as recipient %s (both are sent)" % key
+    return "same address as recipient %s except for case (both are sent)" % key
 
 
 def _report_text(batch: SendBatch, summary: dict[str, int], lines: list[str]) -> str:

@@ -4,21 +4,23 @@ Templates use Django's template language in an engine of their own (no
 project context processors, autoescape only for HTML). Fail closed:
   - a variable missing from the recipient's context fails the render,
     with or without filters (give every row the key, empty if need be);
-  - a variable rendered unconditionally (outside {% if %} / {% for %}) that
-    is empty fails too ("Hi ," is a bug, not a greeting), unless the template
-    says what to do with an empty value with ``default`` or
-    ``default_if_none``: ``{{ first_name|default:"there" }}``;
+  - a variable rendered unconditionally (outside {% if %} / {% for %}, also
+    inside blocks that always render: {% autoescape %}, {% filter %},
+    {% with %} ...) that is empty fails too ("Hi ," is a bug, not a
+    greeting), unless the template says what to do with an empty value
+    with ``default`` or ``default_if_none``: ``{{ first_name|default:"there" }}``;
   - output that still contains template syntax (``{{`` or ``{%``) fails.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.template import Context, Engine, Template, TemplateSyntaxError
-from django.template.base import VariableNode
+from django.template.base import Node, VariableNode
+from django.template.defaulttags import ForNode, IfChangedNode, IfNode, WithNode
 
 from scheduler_app.exceptions import SchedulerError
 
@@ -45,6 +47,8 @@ _ENGINE = Engine(string_if_invalid=_MISSING, autoescape=False)
 _HTML_ENGINE = Engine(string_if_invalid=_MISSING, autoescape=True)
 EMPTY_OK_FILTERS = {"default", "default_if_none"}
 LEFTOVER_SYNTAX = ("{{", "{%", "}}", "%}")
+#: Tags that decide whether their content renders: an empty variable inside is theirs.
+CONDITIONAL_NODES = (IfNode, ForNode, IfChangedNode)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -96,18 +100,7 @@ def _render(template: Template, context: Mapping[str, Any], part: str) -> str:
     ctx = Context(dict(context), autoescape=template.engine.autoescape)
     try:
         with ctx.bind_template(template):
-            for node in _top_level_variables(template):
-                filters = {func.__name__ for func, _ in node.filter_expression.filters}
-                if filters & EMPTY_OK_FILTERS:
-                    continue
-                # Resolving runs the filters: one failing on this recipient's data is
-                # a render error like any other, never an exception out of the lane.
-                value = node.filter_expression.resolve(ctx)
-                if value is None or (isinstance(value, str) and not value.strip()):
-                    raise RenderError(
-                        "Variable %r is empty for this recipient (in the %s); add a "
-                        '|default:"..." if that is expected.' % (node.filter_expression.token, part)
-                    )
+            _check_unconditional(template.nodelist, ctx, part)
         output = template.render(ctx)
     except RenderError:
         raise
@@ -123,6 +116,29 @@ def _render(template: Template, context: Mapping[str, Any], part: str) -> str:
     return output
 
 
-def _top_level_variables(template: Template) -> list[VariableNode]:
-    """Return the variables rendered unconditionally (not inside if/for blocks)."""
-    return [node for node in template.nodelist if isinstance(node, VariableNode)]
+def _check_unconditional(nodelist: Iterable[Node], ctx: Context, part: str) -> None:
+    """Fail on an empty variable that always renders, at top level or in a block that does."""
+    for node in nodelist:
+        if isinstance(node, VariableNode):
+            _check_variable(node, ctx, part)
+        elif isinstance(node, WithNode):
+            values = {name: value.resolve(ctx) for name, value in node.extra_context.items()}
+            with ctx.push(**values):
+                _check_unconditional(node.nodelist, ctx, part)
+        elif not isinstance(node, CONDITIONAL_NODES):
+            for name in node.child_nodelists:
+                _check_unconditional(getattr(node, name, None) or (), ctx, part)
+
+
+def _check_variable(node: VariableNode, ctx: Context, part: str) -> None:
+    filters = {func.__name__ for func, _ in node.filter_expression.filters}
+    if filters & EMPTY_OK_FILTERS:
+        return
+    # Resolving runs the filters: one failing on this recipient's data is
+    # a render error like any other, never an exception out of the lane.
+    value = node.filter_expression.resolve(ctx)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise RenderError(
+            "Variable %r is empty for this recipient (in the %s); add a "
+            '|default:"..." if that is expected.' % (node.filter_expression.token, part)
+        )

@@ -138,6 +138,7 @@ def test_dry_run_action_reports_its_summary_and_links_the_downloadable_report(
         "empty 0",
         "very short 0",
         "leftover syntax 0",
+        "invalid addresses 0",
         "duplicate addresses 0",
         "duplicate keys 0",
         "problems 0",

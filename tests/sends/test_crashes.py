@@ -16,6 +16,7 @@ from scheduler_app import clock
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.registry import JobContext, get_task
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.providers import SenderRefused
 from scheduler_app.sends.rendering import Message
 from tests.sends.helpers import recipient, run_lane_now
 
@@ -31,6 +32,7 @@ class ScriptedProvider:
 
     calls: list[str] = []
     dies_on: set[str] = set()
+    refuses_sender_on: set[str] = set()
     on_call: Callable[[Message, str], None] | None = None
 
     def send(self, message: Message, idempotency_key: str) -> str:
@@ -39,6 +41,8 @@ class ScriptedProvider:
         ScriptedProvider.calls.append(message.to)
         if message.to in ScriptedProvider.dies_on:
             raise WorkerDied(message.to)
+        if message.to in ScriptedProvider.refuses_sender_on:
+            raise SenderRefused("The SMTP server refused our credentials: 535 5.7.8 Bad auth")
         return "scripted-%s" % idempotency_key
 
 
@@ -60,6 +64,7 @@ def scripted(settings):
         },
     }
     ScriptedProvider.calls, ScriptedProvider.dies_on, ScriptedProvider.on_call = [], set(), None
+    ScriptedProvider.refuses_sender_on = set()
     yield ScriptedProvider
     ScriptedProvider.on_call = None
 
@@ -217,6 +222,27 @@ def test_the_lane_extends_its_claim_while_it_works(five, scripted, settings):
 
     assert seen == [(4, 4), (3, 3), (2, 2), (1, 1), (0, 0)]
     assert set(Recipient.objects.values_list("status", "attempts")) == {("sent", 1)}
+
+
+def test_a_refused_sender_pauses_the_batch_and_charges_no_recipient(five, scripted):
+    scripted.refuses_sender_on = {"bob@example.com"}
+
+    assert run_lane_now(five).counts == {"sent": 1}
+
+    five.refresh_from_db()
+    assert (five.status, five.status_reason, five.sent) == (
+        "paused",
+        "The SMTP server refused our credentials: 535 5.7.8 Bad auth",
+        1,
+    )
+    assert states(five) == {
+        "ann": ("sent", 1),
+        "bob": ("pending", 0),
+        "cat": ("pending", 0),
+        "dan": ("pending", 0),
+        "eve": ("pending", 0),
+    }
+    assert not Recipient.objects.filter(batch=five).exclude(claimed_by="").exists()
 
 
 def test_a_lane_that_keeps_raising_pauses_the_batch_with_the_last_error(five, settings):

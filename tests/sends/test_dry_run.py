@@ -62,6 +62,7 @@ def test_dry_run_finds_injected_syntax_an_empty_render_and_a_duplicate_address(
         "empty": 1,
         "very_short": 0,
         "leftover_syntax": 1,
+        "invalid_addresses": 0,
         "duplicate_addresses": 1,
         "duplicate_keys": 0,
         "problems": 3,
@@ -85,6 +86,7 @@ def test_dry_run_finds_injected_syntax_an_empty_render_and_a_duplicate_address(
         "empty                1",
         "very short           0",
         "leftover syntax      1",
+        "invalid addresses    0",
         "duplicate addresses  1",
         "duplicate keys       0",
         "problems             3",
@@ -97,7 +99,8 @@ def test_dry_run_finds_injected_syntax_an_empty_render_and_a_duplicate_address(
         % ids["injected"],
         "%s\tempty@example.com\t\t0\tThe text body renders empty." % ids["empty"],
         "%s\tdup@example.com\tNews for Bartholomew Dupont-Smith\t24\tok" % ids["dup1"],
-        "%s\tdup@example.com\tNews for Bartholomew Dupont-Jones\t24\tok" % ids["dup2"],
+        "%s\tdup@example.com\tNews for Bartholomew Dupont-Jones\t24\t"
+        "same address as recipient %s (both are sent)" % (ids["dup2"], ids["dup1"]),
     ]
 
 
@@ -157,3 +160,42 @@ def test_dry_run_runs_the_real_audience_query_with_its_parameters(customer, make
     assert "pro@example.com" in text
     assert "free@example.com" not in text
     assert "Audience 'tests.customers' with {'plan': 'pro'}" in text
+
+
+@pytest.mark.django_db
+def test_addresses_that_cannot_be_valid_and_case_only_duplicates_are_flagged_on_their_line(
+    customer, make_batch
+):
+    ok = customer("ann@example.com", LONG_NAME)
+    no_at = customer("ann.example.com", LONG_NAME)
+    two_at = customer("ann@home@example.com", LONG_NAME)
+    space = customer("ann smith@example.com", LONG_NAME)
+    nothing_after = customer("ann@", LONG_NAME)
+    upper = customer("Ann@Example.COM", LONG_NAME)
+    again = customer("ann@example.com", LONG_NAME)
+    batch = make_batch(
+        status=SendBatch.Status.DRAFT, subject_template="News", text_template="{{ first_name }}"
+    )
+
+    report = dry_run(batch)
+
+    assert (
+        report.summary["invalid_addresses"],
+        report.summary["duplicate_addresses"],
+        report.summary["rendered"],
+        report.summary["problems"],
+    ) == (4, 2, 7, 6)
+    lines = read_report(report.path).splitlines()
+    assert "invalid addresses    4" in lines
+    assert lines[-7:] == [
+        "%s\t%s\tNews\t%s\t%s" % (c.pk, c.email, 25, problem)
+        for c, problem in [
+            (ok, "ok"),
+            (no_at, "address cannot be valid: no '@'"),
+            (two_at, "address cannot be valid: more than one '@'"),
+            (space, "address cannot be valid: it contains a space"),
+            (nothing_after, "address cannot be valid: nothing after '@'"),
+            (upper, "same address as recipient %s except for case (both are sent)" % ok.pk),
+            (again, "same address as recipient %s (both are sent)" % ok.pk),
+        ]
+    ]

@@ -30,6 +30,14 @@ class Customer(models.Model):
     plan = models.CharField(max_length=20, default="free")
     tz = models.CharField(max_length=64, blank=True, default="")
     unsubscribed = models.BooleanField(default=False)
+    # Typed values for the "tests.typed-customers" audience: they must reach the
+    # template as they left the database (a date stays a date for |date).
+    renews_on = models.DateField(null=True, blank=True)
+    paid_at = models.DateTimeField(null=True, blank=True)
+    balance = models.DecimalField(max_digits=10, decimal_places=2, null=True, blank=True)
+    call_at = models.TimeField(null=True, blank=True)
+    token = models.UUIDField(null=True, blank=True)
+    vip = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["id"]

@@ -28,6 +28,25 @@ def customers(params):
     )
 
 
+@audience("tests.typed-customers")
+def typed_customers(params):
+    """All customers, with a date, datetime, decimal, time, UUID and boolean in the context."""
+    return AudienceQuery(
+        queryset=Customer.objects.all(),
+        key="id",
+        address="email",
+        context={
+            "first_name": "first_name",
+            "renews_on": "renews_on",
+            "paid_at": "paid_at",
+            "balance": "balance",
+            "call_at": "call_at",
+            "token": "token",
+            "vip": "vip",
+        },
+    )
+
+
 class FakeProvider:
     """Records every call in ProviderCall, answers as ProviderBehaviour says."""
 

@@ -2,7 +2,9 @@
 
 ``send(message, idempotency_key) -> provider message id``. Raise
 TransientSendError to retry that recipient later, PermanentSendError to
-fail it, SlowDown to defer it without using an attempt (HTTP 429).
+fail it (the address will never work), SenderRefused when the fault is
+ours (sender, message, credentials: the batch pauses, no recipient is
+charged), SlowDown to defer it without using an attempt (HTTP 429).
 Providers are named in SCHEDULER_APP['PROVIDERS'] (name -> dotted path).
 """
 
@@ -34,6 +36,12 @@ class PermanentSendError(SendError):
     """A failure that will not pass (bad address, rejected content)."""
 
     code = "permanent_send_error"
+
+
+class SenderRefused(SendError):
+    """The provider refused our sender, message or credentials; not the recipient's fault."""
+
+    code = "sender_refused"
 
 
 class SlowDown(SendError):

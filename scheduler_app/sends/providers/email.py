@@ -7,9 +7,14 @@ import smtplib
 from typing import Any
 
 from django.core.mail import EmailMultiAlternatives, get_connection
-from django.core.mail.utils import DNS_NAME
 
-from scheduler_app.sends.providers import PermanentSendError, TransientSendError
+from scheduler_app.conf import message_id_domain
+from scheduler_app.sends.providers import (
+    PermanentSendError,
+    SenderRefused,
+    SendError,
+    TransientSendError,
+)
 from scheduler_app.sends.rendering import Message
 
 
@@ -23,16 +28,22 @@ def default_mail_connection() -> Any:
 
 
 def message_id_for(idempotency_key: str, domain: str | None = None) -> str:
-    """Return a Message-ID derived from the idempotency key: a re-send carries the same one."""
+    """Return a Message-ID derived from the idempotency key and MESSAGE_ID_DOMAIN.
+
+    Never from the host's name: a re-send from another worker carries the same one.
+    """
     digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
-    return "<%s@%s>" % (digest, domain or DNS_NAME)
+    return "<%s@%s>" % (digest, domain or message_id_domain())
 
 
 class DjangoEmailProvider:
     """Send through django.core.mail with a deterministic Message-ID.
 
     The Idempotency-Key header carries the key too, for ESPs that honour it.
-    SMTP 4xx and connection errors are transient; 5xx refusals are permanent.
+    Whose fault a refusal is decides what happens next: an address Django
+    cannot build a message for, or 5xx on RCPT, is permanent for that
+    recipient; 5xx on AUTH, MAIL FROM or DATA is SenderRefused (ours, not
+    the recipient's); 4xx and connection errors are transient.
     """
 
     def __init__(self) -> None:
@@ -51,13 +62,46 @@ class DjangoEmailProvider:
             email.attach_alternative(message.html, "text/html")
         try:
             email.send()
+        except ValueError as exc:  # Django: 'Invalid address "..."', before any network call
+            raise PermanentSendError(
+                "The message to %r could not be built: %s" % (message.to, exc)
+            ) from exc
         except smtplib.SMTPRecipientsRefused as exc:
-            codes = [code for code, _ in exc.recipients.values()]
-            error = PermanentSendError if all(c >= 500 for c in codes) else TransientSendError
-            raise error("Recipient refused: %s" % exc.recipients) from exc
+            raise _recipients_refused(exc) from exc
         except smtplib.SMTPResponseException as exc:
-            error = PermanentSendError if exc.smtp_code >= 500 else TransientSendError
-            raise error("SMTP %s: %s" % (exc.smtp_code, exc.smtp_error)) from exc
+            raise _refused(exc) from exc
         except (smtplib.SMTPException, OSError) as exc:
             raise TransientSendError("%s: %s" % (type(exc).__name__, exc)) from exc
         return message_id
+
+
+def _recipients_refused(exc: smtplib.SMTPRecipientsRefused) -> SendError:
+    """Return the error for a refused RCPT: 5xx is permanent for that address, 4xx transient."""
+    address, (code, text) = next(iter(exc.recipients.items()))
+    if code >= 500:
+        return PermanentSendError(
+            "The SMTP server refused the recipient %s: %s %s" % (address, code, _text(text))
+        )
+    return TransientSendError(
+        "The SMTP server refused the recipient %s for now: %s %s" % (address, code, _text(text))
+    )
+
+
+def _refused(exc: smtplib.SMTPResponseException) -> SendError:
+    """Return the error for a refusal of AUTH, MAIL FROM or DATA: never the recipient's fault."""
+    if isinstance(exc, smtplib.SMTPAuthenticationError):
+        what = "our credentials"
+    elif isinstance(exc, smtplib.SMTPSenderRefused):
+        what = "the sender %s" % exc.sender
+    elif isinstance(exc, smtplib.SMTPDataError):
+        what = "the message"
+    else:
+        what = "the session"
+    reply = "%s %s" % (exc.smtp_code, _text(exc.smtp_error))
+    if exc.smtp_code >= 500:
+        return SenderRefused("The SMTP server refused %s: %s" % (what, reply))
+    return TransientSendError("The SMTP server refused %s for now: %s" % (what, reply))
+
+
+def _text(reply: bytes | str) -> str:
+    return reply.decode(errors="replace") if isinstance(reply, bytes) else reply
