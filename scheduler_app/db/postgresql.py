@@ -242,6 +242,21 @@ row is unclaimed, the planner expects one row, scans the whole table and rescans
 arrays for each row it finds (a nested loop quadratic in the number of rows)."""
 
 
+MARK_AND_BEGIN = (
+    MARK_RECIPIENTS.replace("SELECT status FROM marked", "")
+    + f""", begun AS (
+    UPDATE {RECIPIENT}
+    SET attempts = attempts + 1, claimed_until = %s
+    WHERE id = %s AND claimed_by = (SELECT %s::text) AND status = 'pending'
+    RETURNING attempts
+)
+SELECT (SELECT array_agg(status) FROM marked), (SELECT attempts FROM begun)
+"""
+)
+"""MARK_RECIPIENTS for the previous recipients and BEGIN_RECIPIENT for the next one, in
+one statement and one commit: the markers still commit before the next provider call."""
+
+
 def freeze_recipients(
     *,
     batch_id: int,
@@ -272,12 +287,24 @@ def claim_recipients(
         return cursor.fetchall()
 
 
-def begin_recipient(*, recipient_id: int, claim: str, until: dt.datetime) -> int | None:
-    """Charge the attempt about to be made if ``claim`` still owns the recipient; return it."""
+def begin_recipient(
+    *, recipient_id: int, claim: str, until: dt.datetime, batch_id: int, marks: Sequence = ()
+) -> tuple[int | None, list[str]]:
+    """Record ``marks`` (see mark_recipients), then charge the attempt about to be made if
+    ``claim`` still owns the recipient; return (its attempt or None, statuses marked)."""
+    if not marks:
+        with bound_cursor() as cursor:
+            cursor.execute(BEGIN_RECIPIENT, {"id": recipient_id, "claim": claim, "until": until})
+            row = cursor.fetchone()
+        return (None if row is None else row[0]), []
+    columns = [list(column) for column in zip(*marks, strict=True)]
     with bound_cursor() as cursor:
-        cursor.execute(BEGIN_RECIPIENT, {"id": recipient_id, "claim": claim, "until": until})
-        row = cursor.fetchone()
-    return None if row is None else row[0]
+        cursor.execute(
+            MARK_AND_BEGIN,
+            [*columns, columns[0], claim, batch_id, until, recipient_id, claim],
+        )
+        statuses, attempt = cursor.fetchone()
+    return attempt, list(statuses or [])
 
 
 def extend_claims(*, recipient_ids: Sequence[int], claim: str, until: dt.datetime) -> int:

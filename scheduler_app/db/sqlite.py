@@ -259,13 +259,18 @@ def claim_recipients(
         return cursor.fetchall()
 
 
-def begin_recipient(*, recipient_id: int, claim: str, until: dt.datetime) -> int | None:
-    """Charge the attempt about to be made if ``claim`` still owns the recipient; return it."""
+def begin_recipient(
+    *, recipient_id: int, claim: str, until: dt.datetime, batch_id: int, marks: Sequence = ()
+) -> tuple[int | None, list[str]]:
+    """Record ``marks``, then charge the attempt about to be made if ``claim`` still owns the
+    recipient; return (its attempt or None, statuses marked). One transaction."""
     adapt = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
-        cursor.execute(BEGIN_RECIPIENT, [adapt(until), recipient_id, claim])
-        row = cursor.fetchone()
-    return None if row is None else row[0]
+    with transaction.atomic():
+        kept = mark_recipients(marks, claim=claim, batch_id=batch_id) if marks else []
+        with connection.cursor() as cursor:
+            cursor.execute(BEGIN_RECIPIENT, [adapt(until), recipient_id, claim])
+            row = cursor.fetchone()
+    return (None if row is None else row[0]), kept
 
 
 def extend_claims(*, recipient_ids: Sequence[int], claim: str, until: dt.datetime) -> int:

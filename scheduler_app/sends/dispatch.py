@@ -330,11 +330,13 @@ class Lane:
             except RenderError as exc:
                 self._add(Outcome(recipient_id, Status.FAILED, error=str(exc)))
                 continue
-            if limited and not limiter.wait_for_token(
-                self.batch.rate_limit_key, should_stop=self.should_stop
-            ):
-                halt = "worker stopping"
-                break
+            if limited:
+                self._mark()  # a marker never waits for the limiter
+                if not limiter.wait_for_token(
+                    self.batch.rate_limit_key, should_stop=self.should_stop
+                ):
+                    halt = "worker stopping"
+                    break
             outcome = self._send_one(message, key, recipient_id)
             if outcome is None:
                 continue  # another lane owns it now
@@ -360,11 +362,16 @@ class Lane:
 
     def _send_one(self, message: Message, key: str, recipient_id: int) -> Outcome | None:
         """Charge the attempt if the claim still owns the recipient, then call the provider."""
-        if not self.marks_per_chunk:
-            self._mark()  # markers commit before the next provider call
-        attempt = backend().begin_recipient(
-            recipient_id=recipient_id, claim=self.claim, until=clock.now() + self.claim_for
+        # Markers commit before the next provider call: with its attempt, in one statement.
+        marks, self.unmarked = ([], self.unmarked) if self.marks_per_chunk else (self.unmarked, [])
+        attempt, kept = backend().begin_recipient(
+            recipient_id=recipient_id,
+            claim=self.claim,
+            until=clock.now() + self.claim_for,
+            batch_id=self.batch.pk,
+            marks=[o.as_row() for o in marks],
         )
+        self._count(kept, len(marks))
         if attempt is None:
             logger.warning(
                 "recipient taken over, not sent batch=%s recipient=%s claim=%s",
@@ -397,26 +404,27 @@ class Lane:
         self.unmarked.append(outcome)
         if not self.stop_reason:
             self.stop_reason = self.breaker.add(outcome)
-        if outcome.status == Status.SENT and not self.marks_per_chunk:
-            self._mark()
 
     def _mark(self) -> None:
         """Write the queued markers and the batch counters, fenced by our claim."""
         if not self.unmarked:
             return
         outcomes, self.unmarked = self.unmarked, []
-        kept = collections.Counter(
-            backend().mark_recipients(
-                [o.as_row() for o in outcomes], claim=self.claim, batch_id=self.batch.pk
-            )
+        kept = backend().mark_recipients(
+            [o.as_row() for o in outcomes], claim=self.claim, batch_id=self.batch.pk
         )
-        if sum(kept.values()) < len(outcomes):
+        self._count(kept, len(outcomes))
+
+    def _count(self, statuses: list[str], written: int) -> None:
+        """Count the markers that were written; log progress now and then."""
+        if len(statuses) < written:
             logger.warning(
                 "claim lost, some markers discarded batch=%s claim=%s discarded=%s",
                 self.batch.pk,
                 self.claim,
-                len(outcomes) - sum(kept.values()),
+                written - len(statuses),
             )
+        kept = collections.Counter(statuses)
         kept.pop(Status.PENDING, None)
         self.counts.update(kept)
         self.unlogged += sum(kept.values())
@@ -425,6 +433,7 @@ class Lane:
             _log_progress(self.batch.pk)
 
     def _extend_claims(self, recipient_ids: list[int]) -> None:
+        self._mark()  # no marker waits for another statement
         backend().extend_claims(
             recipient_ids=recipient_ids, claim=self.claim, until=clock.now() + self.claim_for
         )

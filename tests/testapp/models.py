@@ -37,7 +37,7 @@ class Customer(models.Model):
     balance = models.DecimalField(max_digits=10, decimal_places=2, null=True, blank=True)
     call_at = models.TimeField(null=True, blank=True)
     token = models.UUIDField(null=True, blank=True)
-    vip = models.BooleanField(default=False)
+    vip = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         ordering = ["id"]
