@@ -177,12 +177,15 @@ def free_port() -> int:
 
 
 class WorkerProcess(BaseWorkerProcess):
-    """A ``runworker`` whose output also goes, prefixed by its pid, to the shared log."""
+    """A ``runworker`` whose output also goes, prefixed by time and pid, to the shared log."""
 
     log_lock = threading.Lock()
     log_file = None
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.spawned = time.monotonic()
+        #: Seconds from spawn to its "worker started" line (None: not yet).
+        self.ready_s: float | None = None
         super().__init__(
             [sys.executable, "-m", "django", "runworker", "--settings=%s" % SETTINGS, *args],
             env,
@@ -190,9 +193,13 @@ class WorkerProcess(BaseWorkerProcess):
         )
 
     def on_line(self, line: str) -> None:
+        if self.ready_s is None and "worker started" in line:
+            self.ready_s = time.monotonic() - self.spawned
         if self.log_file is not None:
             with self.log_lock:
-                self.log_file.write("%s %s" % (self.pid, line))
+                self.log_file.write(
+                    "%s %s %s" % (dt.datetime.now().strftime("%H:%M:%S.%f")[:-3], self.pid, line)
+                )
 
 
 @dataclasses.dataclass
@@ -200,6 +207,7 @@ class Kill:
     at_s: float
     pid: int
     held_lane: bool
+    ready: bool  # it had logged "worker started"
     sent: int
 
 
@@ -209,6 +217,7 @@ class Chaos:
     def __init__(self, n_workers: int, target: str, args: list[str], env: dict[str, str]) -> None:
         self.target, self.args, self.env = target, args, env
         self.workers = [self.start() for _ in range(n_workers)]
+        self.spawned = list(self.workers)
         self.kills: list[Kill] = []
         #: Workers that exited without being killed (pid, exit code, last lines).
         self.exits: list[tuple[int, int, str]] = []
@@ -216,14 +225,22 @@ class Chaos:
     def start(self) -> WorkerProcess:
         return WorkerProcess(self.args, self.env)
 
+    def replace(self, worker: WorkerProcess) -> None:
+        self.workers.remove(worker)
+        self.workers.append(self.start())
+        self.spawned.append(self.workers[-1])
+
+    def startup_times(self) -> list[float]:
+        """Return each worker's seconds from spawn to "worker started" (the ones that got there)."""
+        return sorted(w.ready_s for w in self.spawned if w.ready_s is not None)
+
     def replace_exited(self) -> None:
         """Restart workers that exited by themselves (as a supervisor would); note them."""
         for worker in list(self.workers):
             code = worker.proc.poll()
             if code is not None:
                 self.exits.append((worker.pid, code, "\n".join(list(worker.lines)[-15:])))
-                self.workers.remove(worker)
-                self.workers.append(self.start())
+                self.replace(worker)
 
     def kill_one(self, at_s: float, sent: int) -> None:
         """SIGKILL a worker (target "lane": one running a lane if any), start a new one at once."""
@@ -239,9 +256,10 @@ class Chaos:
         victim = random.choice((self.target == "lane" and lane_holders) or alive)
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait(10)
-        self.workers.remove(victim)
-        self.workers.append(self.start())
-        self.kills.append(Kill(at_s, victim.pid, victim.pid in holders, sent))
+        self.replace(victim)
+        self.kills.append(
+            Kill(at_s, victim.pid, victim.pid in holders, victim.started.is_set(), sent)
+        )
 
     def stop(self) -> None:
         for worker in self.workers:
@@ -366,6 +384,8 @@ def run_trial(params: dict, url: str, smtp: SmtpServer) -> dict:
         "waited_s": ended - t0,
         "wait_reason": reason,
         "kills": chaos.kills,
+        "startup_s": chaos.startup_times(),
+        "spawned": len(chaos.spawned),
         "exits": chaos.exits,
         "machine_busy": (m1[0] - m0[0]) / max(m1[1] - m0[1], 1),
         "t0_wall": t0_wall,
@@ -506,6 +526,8 @@ def write_results(
 ) -> None:
     kills = trial["kills"]
     lane_kills = sum(k.held_lane for k in kills)
+    unready_kills = sum(not k.ready for k in kills)
+    startup = trial["startup_s"]
     lines = [
         "",
         "## %s — recipients=%s workers=%s kill_every=%ss kill_target=%s lease=%ss claim=%ss "
@@ -539,9 +561,23 @@ def write_results(
             result["failed"],
             result["skipped"],
         ),
-        "| kills | **%s** SIGKILLs, one every %s s (%s of them of a worker running a lane); "
-        "%s workers exited by themselves |"
-        % (len(kills), params["kill_every"] or "-", lane_kills, len(trial["exits"])),
+        "| kills | **%s** SIGKILLs, one every %s s: %s of a worker running a lane, %s of one "
+        'still starting (before its "worker started" line); %s workers exited by themselves |'
+        % (
+            len(kills),
+            params["kill_every"] or "-",
+            lane_kills,
+            unready_kills,
+            len(trial["exits"]),
+        ),
+        '| worker start-up | %s workers spawned, %s reached "worker started": median %s s, '
+        "max %s s from spawn |"
+        % (
+            trial["spawned"],
+            len(startup),
+            "%.1f" % startup[len(startup) // 2] if startup else "-",
+            "%.1f" % startup[-1] if startup else "-",
+        ),
         "| elapsed | %.1f s from the schedule's commit to %s; **%.0f sends/s** "
         "(recipients sent / elapsed); %s deliveries at the server |"
         % (
