@@ -546,8 +546,8 @@ def write_results(
         "",
         *(["Variant: %s" % params["label"], ""] if params["label"] else []),
         machine_line(machine),
-        "The machine is shared: other engineers' test suites ran during this trial "
-        "(load average %s at the end; the whole machine was %.0f%% busy while it ran)."
+        "The machine may be shared with other test runs: load average %s at the end; the "
+        "whole machine (this trial included) was %.0f%% busy while it ran."
         % (load_end, 100 * trial["machine_busy"]),
         "",
         "| measure | result |",
