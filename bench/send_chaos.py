@@ -745,11 +745,12 @@ def main() -> int:
         "%.2f %.2f %.2f" % os.getloadavg(),
     )
     print(
-        "batch %s: %s%s; deliveries=%s unreached=%s extra=%s (kills x lanes = %s)"
+        "batch %s: %s%s%s; deliveries=%s unreached=%s extra=%s (kills x lanes = %s)"
         % (
             trial["batch_id"],
             result["status"],
             " (%s)" % result["reason"] if result["reason"] else "",
+            "; the wait ended: %s" % trial["wait_reason"] if trial["wait_reason"] else "",
             result["deliveries"],
             result["unreached"],
             result["extra"],
