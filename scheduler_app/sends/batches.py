@@ -346,8 +346,8 @@ def send_message(
     )
 
 
-def enqueue_lanes(batch: SendBatch, start: dt.datetime) -> None:
-    """Schedule the batch's SEND_LANES lane jobs to start at ``start``."""
+def enqueue_lanes(batch: SendBatch, start: dt.datetime, count: int | None = None) -> None:
+    """Schedule ``count`` (default SEND_LANES) lane jobs of the batch to start at ``start``."""
     token = clock.now().strftime("%Y%m%dT%H%M%S.%f")
     schedule_many(
         SEND_BATCH_TASK,
@@ -357,7 +357,7 @@ def enqueue_lanes(batch: SendBatch, start: dt.datetime) -> None:
                 at=start,
                 unique_key="%s%s:%s" % (lane_key_prefix(batch.pk), lane, token),
             )
-            for lane in range(app_settings.SEND_LANES)
+            for lane in range(app_settings.SEND_LANES if count is None else count)
         ],
         queue=app_settings.SEND_QUEUE,
         owner=batch.owner,

@@ -67,7 +67,7 @@ RECIPIENT_RETRY = RetryPolicy(base=dt.timedelta(seconds=30), cap=dt.timedelta(ho
 LANE_RETRY = RetryPolicy(retry_later_budget=dt.timedelta(days=30))
 PAUSED_RECHECK = dt.timedelta(seconds=2)
 #: A second lane of a batch on a worker that already runs one waits this long.
-LANE_BUSY_RECHECK = dt.timedelta(seconds=5)
+LANE_BUSY_RECHECK = dt.timedelta(seconds=2)
 #: Seconds between a lane's looks at pause/cancel and the kill switches inside a chunk.
 HALT_RECHECK = 1.0
 #: Lane errors (exceptions, not crashes) in a row, with nothing marked, that pause the batch.

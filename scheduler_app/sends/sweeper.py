@@ -1,10 +1,10 @@
-"""The lane sweeper: no batch is left sending (or due to start) without a lane.
+"""The lane sweeper: no batch is left sending (or due to start) short of lanes.
 
 Lanes end for good in ways a batch cannot see: a lane job that crashed on
-every one of its attempts fails, an operator cancels a job, a deploy drops
-one. Every worker runs ``revive_stranded_batches`` now and then (like the
-lease rescue); it gives such a batch new lanes, once, however many workers
-sweep at the same moment.
+every one of its attempts fails, a deploy drops one. Every worker runs
+``revive_stranded_batches`` now and then (like the lease rescue); it brings
+such a batch back to SEND_LANES pending or running lanes, once, however many
+workers sweep at the same moment.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Count, F, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 
 from scheduler_app import clock
+from scheduler_app.conf import app_settings
 from scheduler_app.controls import record
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends.batches import earliest_start, enqueue_lanes, lane_jobs
@@ -27,10 +29,21 @@ NEEDS_LANES = (Status.SCHEDULED, Status.SENDING)
 
 
 def revive_stranded_batches() -> list[int]:
-    """Give lanes to batches that should be sending but have none; return their ids."""
+    """Give lanes to batches that should be sending but have fewer than SEND_LANES; return ids."""
     now = clock.now()
-    live_lanes = lane_jobs(OuterRef("pk")).filter(status__in=Job.UNFINISHED)
-    stranded = SendBatch.objects.filter(status__in=NEEDS_LANES).filter(~Exists(live_lanes))
+    live_lanes = (
+        lane_jobs(OuterRef("pk"))
+        .filter(status__in=Job.UNFINISHED)
+        .order_by()
+        .values("task_name")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    stranded = (
+        SendBatch.objects.filter(status__in=NEEDS_LANES)
+        .annotate(lanes=Coalesce(Subquery(live_lanes), 0))
+        .filter(lanes__lt=app_settings.SEND_LANES)
+    )
     revived = []
     for batch in stranded.only("pk", "status", "scheduled_at", "undo_deadline", "owner"):
         start = earliest_start(batch) if batch.status == Status.SCHEDULED else None
@@ -42,7 +55,7 @@ def revive_stranded_batches() -> list[int]:
 
 
 def _revive(batch: SendBatch) -> bool:
-    """Enqueue lanes for ``batch`` unless another sweeper just did; True if this one did."""
+    """Top ``batch`` up to SEND_LANES lanes unless another sweeper did; True if this one did."""
     with transaction.atomic():
         # A no-op UPDATE takes the batch's row lock (SQLite: the write lock), so sweepers
         # queue here and each one after the first sees the lanes the first committed.
@@ -50,11 +63,18 @@ def _revive(batch: SendBatch) -> bool:
             status=F("status")
         ):
             return False
-        if lane_jobs(batch.pk).filter(status__in=Job.UNFINISHED).exists():
+        missing = (
+            app_settings.SEND_LANES - lane_jobs(batch.pk).filter(status__in=Job.UNFINISHED).count()
+        )
+        if missing <= 0:
             return False
-        enqueue_lanes(batch, clock.now())
-        record("batch", str(batch.pk), "revive", reason="The batch had no lane left.")
+        enqueue_lanes(batch, clock.now(), missing)
+        reason = "The batch was %s lane(s) short." % missing
+        record("batch", str(batch.pk), "revive", reason=reason)
     logger.warning(
-        "batch had no lane left, lanes enqueued batch=%s status=%s", batch.pk, batch.status
+        "batch short of lanes, lanes enqueued batch=%s status=%s added=%s",
+        batch.pk,
+        batch.status,
+        missing,
     )
     return True

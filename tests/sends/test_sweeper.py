@@ -68,6 +68,18 @@ def test_a_batch_whose_lanes_all_failed_is_revived_and_completes(make_batch, two
 
 
 @pytest.mark.django_db
+def test_a_batch_that_lost_one_lane_gets_one_back(make_batch, two_customers):
+    batch = schedule_batch(make_batch(status=SendBatch.Status.DRAFT), relax=RELAX)
+    SendBatch.objects.filter(pk=batch.pk).update(status="sending", started_at=clock.now())
+    lost = Job.objects.filter(task_name=SEND_BATCH_TASK).first()
+    Job.objects.filter(pk=lost.pk).update(status=Job.Status.FAILED)
+
+    assert revive_stranded_batches() == [batch.pk]
+    assert lanes(batch) == ["failed", "pending", "pending"]
+    assert revive_stranded_batches() == []
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("status", ["draft", "paused", "cancelled", "completed", "failed"])
 def test_batches_that_must_not_send_are_left_alone(make_batch, two_customers, status):
     make_batch(status=status, started_at=clock.now())
@@ -145,7 +157,7 @@ def test_a_worker_runs_one_lane_of_a_batch_at_a_time(make_batch, two_customers, 
     finally:
         first.join(timeout=30)
     assert second.value.reason == "this worker already runs a lane of batch %s" % batch.pk
-    assert second.value.delay == dt.timedelta(seconds=5)
+    assert second.value.delay == dt.timedelta(seconds=2)
 
 
 def run_lane_now_as_job(batch: SendBatch) -> None:
