@@ -1,8 +1,9 @@
 """schedule() and schedule_many(): create jobs inside the caller's transaction.
 
-Both write with the caller's database connection and open no transaction of
-their own, so a job scheduled inside ``transaction.atomic()`` exists only if
-that block commits.
+Both write with the caller's database connection, so a job scheduled inside
+``transaction.atomic()`` exists only if that block commits. schedule_many()
+writes inside ``atomic()`` (a savepoint within the caller's transaction), so
+one failing item writes nothing, in a transaction or not.
 
 Unique keys: while a job of a task with a given ``unique_key`` is pending or
 running, scheduling the same task and key again creates nothing and returns that job (its
@@ -160,13 +161,16 @@ def schedule_many(
             "schedule_many() was given the same unique_key more than once: %s."
             % ", ".join(map(repr, repeated[:5]))
         )
-    keyless = Job.objects.bulk_create(
-        [job for job in jobs if job.unique_key is None], batch_size=batch_size
-    )
-    keyed = iter(_insert_unique([job for job in jobs if job.unique_key], batch_size=batch_size))
-    plain = iter(keyless)
-    jobs = [next(keyed) if job.unique_key else next(plain) for job in jobs]
-    notify_jobs_scheduled(jobs, now=now)
+    # One atomic block (a savepoint inside the caller's transaction): a
+    # failing INSERT of the keyed items must not leave the plain ones behind.
+    with transaction.atomic():
+        keyless = Job.objects.bulk_create(
+            [job for job in jobs if job.unique_key is None], batch_size=batch_size
+        )
+        keyed = iter(_insert_unique([job for job in jobs if job.unique_key], batch_size=batch_size))
+        plain = iter(keyless)
+        jobs = [next(keyed) if job.unique_key else next(plain) for job in jobs]
+        notify_jobs_scheduled(jobs, now=now)
     return jobs
 
 
