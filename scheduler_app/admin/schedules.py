@@ -12,8 +12,10 @@ from django.utils.html import format_html, format_html_join
 
 from scheduler_app import clock
 from scheduler_app.admin.display import report_counts, seconds
+from scheduler_app.exceptions import InvalidPayload
 from scheduler_app.models import Schedule, ScheduleOccurrence
 from scheduler_app.schedules.recurrence import next_run_times
+from scheduler_app.scheduling import check_payload
 
 PREVIEW_COUNT = 10
 
@@ -21,7 +23,11 @@ PREVIEW_COUNT = 10
 class ScheduleForm(forms.ModelForm):
     def clean_payload(self) -> Any:
         value = self.cleaned_data["payload"]
-        return {} if value is None else value  # blank means "no payload"; the column is NOT NULL
+        try:
+            # Blank means "no payload"; the column is NOT NULL.
+            return check_payload({} if value is None else value)
+        except InvalidPayload as exc:
+            raise forms.ValidationError(exc.message, code=exc.code) from exc
 
 
 class OccurrenceInline(admin.TabularInline):

@@ -33,6 +33,7 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
+from scheduler_app.scheduling import check_payload
 
 logger = logging.getLogger("scheduler_app.schedules")
 
@@ -145,7 +146,7 @@ def _build(name: str, definition: Any) -> Schedule:
         schedule = Schedule(
             name=name,
             task_name=definition.get("task", ""),
-            payload=definition.get("payload", {}),
+            payload=check_payload(definition.get("payload", {})),
             queue=definition.get("queue", ""),
             enabled=definition.get("enabled", True),
             kind=KINDS[kind],
