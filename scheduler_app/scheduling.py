@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.db import notify_jobs_scheduled
+from scheduler_app.db import database_now, notify_jobs_scheduled
 from scheduler_app.exceptions import (
     InvalidPayload,
     InvalidSchedule,
@@ -86,7 +86,8 @@ def schedule(
     scheduler_app ValidationError subclass for any invalid argument.
     """
     spec = _resolve_task(task)
-    now = clock.now()
+    # An undo window is measured on the database's clock, as the claim and the undo are.
+    now = database_now() if undo_window is not None else clock.now()
     run_at, undo_deadline = _run_time(at=at, delay=delay, undo_window=undo_window, now=now)
     job = _build_job(
         spec,
