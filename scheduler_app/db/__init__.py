@@ -50,7 +50,10 @@ class DatabaseNow(Expression):
     ORM: ``Job.objects.filter(lease_expires_at__lt=DatabaseNow())``,
     ``.update(lease_expires_at=DatabaseNow(lease))``. Raw SQL (under db/):
     ``sql, params = backend().now_sql(offset)`` gives a fragment with
-    positional ``%s`` placeholders; ``database_now()`` reads the value.
+    positional ``%s`` placeholders; a PostgreSQL statement with named
+    parameters writes ``NOW.format(frozen="%(frozen)s")`` and passes
+    ``{"frozen": clock.frozen_at()}`` (as CLAIM does); on SQLite pass
+    ``clock.now()``. ``database_now(offset)`` reads the value in Python.
     """
 
     output_field = DateTimeField()
