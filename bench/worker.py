@@ -614,7 +614,7 @@ def explain_statements(jobs: int, limit: int) -> dict:
             "queues": list(app_settings.QUEUES),
             "limit": limit,
             "now": now,
-            "lease": now + dt.timedelta(seconds=30),
+            "lease": dt.timedelta(seconds=30),
         }
         _, (claim_sql, claim_params, claim_cursor) = _sent_statement(
             lambda: _call_with(pg.claim_jobs, known)

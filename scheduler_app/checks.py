@@ -74,6 +74,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     errors.extend(_check_message_id_domain())
+
+    version = app_settings.SCHEDULES_VERSION
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer >= 0.",
+                id="scheduler_app.E006",
+            )
+        )
     return errors
 
 

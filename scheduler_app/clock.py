@@ -2,6 +2,10 @@
 
 Tests freeze and move it with ``frozen_clock``; worker subprocesses keep the
 real clock, so process tests stage expiry by moving rows' timestamps instead.
+
+now() is this host's clock. What hosts compare with each other (leases,
+rescue, due times, undo deadlines) is compared in the database against
+``scheduler_app.db.DatabaseNow``, which follows a frozen clock too.
 """
 
 from __future__ import annotations
@@ -18,6 +22,11 @@ _frozen_at: dt.datetime | None = None
 def now() -> dt.datetime:
     """Return the current time, aware and in UTC."""
     return _frozen_at if _frozen_at is not None else timezone.now()
+
+
+def frozen_at() -> dt.datetime | None:
+    """Return the frozen time inside ``frozen_clock``, else None."""
+    return _frozen_at
 
 
 class FrozenClock:

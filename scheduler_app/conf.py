@@ -31,6 +31,9 @@ DEFAULTS: dict[str, Any] = {
     # Recurring schedules declared in code (see scheduler_app.schedules.declared),
     # and how often each worker looks for due occurrences (seconds).
     "SCHEDULES": {},
+    # Raise it whenever SCHEDULES changes: during a rolling deploy the highest
+    # version's declarations win, and lower ones are ignored.
+    "SCHEDULES_VERSION": 0,
     "SCHEDULER_INTERVAL": 1.0,
     # Bulk sends.
     "PROVIDERS": {

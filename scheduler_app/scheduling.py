@@ -1,8 +1,9 @@
 """schedule() and schedule_many(): create jobs inside the caller's transaction.
 
-Both write with the caller's database connection and open no transaction of
-their own, so a job scheduled inside ``transaction.atomic()`` exists only if
-that block commits.
+Both write with the caller's database connection, so a job scheduled inside
+``transaction.atomic()`` exists only if that block commits. schedule_many()
+writes inside ``atomic()`` (a savepoint within the caller's transaction), so
+one failing item writes nothing, in a transaction or not.
 
 Unique keys: while a job of a task with a given ``unique_key`` is pending or
 running, scheduling the same task and key again creates nothing and returns that job (its
@@ -17,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -26,7 +28,7 @@ from django.utils import timezone
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.db import notify_jobs_scheduled
+from scheduler_app.db import database_now, notify_jobs_scheduled
 from scheduler_app.exceptions import (
     InvalidPayload,
     InvalidSchedule,
@@ -37,6 +39,9 @@ from scheduler_app.models import Job
 from scheduler_app.registry import TaskSpec, get_task
 
 SMALLINT_RANGE = range(-32768, 32768)
+#: Every run time is before this: far enough from datetime.max that no time
+#: zone or later arithmetic (retries, jitter) can overflow.
+LATEST_RUN_AT = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
 # How many unique keys one look-up query names.
 LOOKUP_CHUNK = 500
 
@@ -81,7 +86,8 @@ def schedule(
     scheduler_app ValidationError subclass for any invalid argument.
     """
     spec = _resolve_task(task)
-    now = clock.now()
+    # An undo window is measured on the database's clock, as the claim and the undo are.
+    now = database_now() if undo_window is not None else clock.now()
     run_at, undo_deadline = _run_time(at=at, delay=delay, undo_window=undo_window, now=now)
     job = _build_job(
         spec,
@@ -160,13 +166,16 @@ def schedule_many(
             "schedule_many() was given the same unique_key more than once: %s."
             % ", ".join(map(repr, repeated[:5]))
         )
-    keyless = Job.objects.bulk_create(
-        [job for job in jobs if job.unique_key is None], batch_size=batch_size
-    )
-    keyed = iter(_insert_unique([job for job in jobs if job.unique_key], batch_size=batch_size))
-    plain = iter(keyless)
-    jobs = [next(keyed) if job.unique_key else next(plain) for job in jobs]
-    notify_jobs_scheduled(jobs, now=now)
+    # One atomic block (a savepoint inside the caller's transaction): a
+    # failing INSERT of the keyed items must not leave the plain ones behind.
+    with transaction.atomic():
+        keyless = Job.objects.bulk_create(
+            [job for job in jobs if job.unique_key is None], batch_size=batch_size
+        )
+        keyed = iter(_insert_unique([job for job in jobs if job.unique_key], batch_size=batch_size))
+        plain = iter(keyless)
+        jobs = [next(keyed) if job.unique_key else next(plain) for job in jobs]
+        notify_jobs_scheduled(jobs, now=now)
     return jobs
 
 
@@ -195,25 +204,42 @@ def _run_time(
             raise InvalidSchedule(
                 "at must be timezone-aware; got the naive datetime %s." % at.isoformat()
             )
-        return at.astimezone(dt.UTC), None
+        try:
+            run_at: dt.datetime | None = at.astimezone(dt.UTC)
+        except OverflowError:  # it is in year 0 or 10000 in UTC
+            run_at = None
+        if run_at is None or run_at >= LATEST_RUN_AT:
+            raise InvalidSchedule(
+                "at must fall in the years 1 to %s (UTC); got %s."
+                % (LATEST_RUN_AT.year - 1, at.isoformat())
+            )
+        return run_at, None
     if delay is not None:
-        return now + _non_negative_duration(delay, "delay"), None
+        return now + _duration(delay, "delay", room=LATEST_RUN_AT - now), None
     if undo_window is not None:
-        window = _non_negative_duration(undo_window, "undo_window")
         margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
+        window = _duration(undo_window, "undo_window", room=LATEST_RUN_AT - now - margin)
         return now + window + margin, now + window
     return now, None
 
 
-def _non_negative_duration(value: dt.timedelta | float, name: str) -> dt.timedelta:
+def _duration(value: dt.timedelta | float, name: str, *, room: dt.timedelta) -> dt.timedelta:
+    """Return ``value`` as a timedelta from 0 to less than ``room``, or raise InvalidSchedule."""
     if isinstance(value, bool) or not isinstance(value, dt.timedelta | int | float):
         raise InvalidSchedule(
             "%s must be a timedelta or a number of seconds, not %s." % (name, type(value).__name__)
         )
-    duration = value if isinstance(value, dt.timedelta) else dt.timedelta(seconds=value)
-    if duration < dt.timedelta(0):
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidSchedule("%s must be a finite number of seconds; got %s." % (name, value))
+    # Compared before converting: timedelta(seconds=1e12) itself overflows.
+    if value < (dt.timedelta(0) if isinstance(value, dt.timedelta) else 0):
         raise InvalidSchedule("%s must not be negative; got %s." % (name, value))
-    return duration
+    if value >= (room if isinstance(value, dt.timedelta) else room.total_seconds()):
+        raise InvalidSchedule(
+            "%s puts the run time after %s, the latest allowed; got %s."
+            % (name, LATEST_RUN_AT.isoformat(), value)
+        )
+    return value if isinstance(value, dt.timedelta) else dt.timedelta(seconds=value)
 
 
 def _build_job(
@@ -253,6 +279,8 @@ def _build_job(
         not isinstance(unique_key, str) or not unique_key or len(unique_key) > 255
     ):
         raise ValidationError("unique_key must be a non-empty string of at most 255 characters.")
+    if unique_key is not None and "\x00" in unique_key:
+        raise ValidationError("unique_key must not contain a NUL character (\\x00).")
     scheduled_for = request.scheduled_for if request.scheduled_for is not None else run_at
     if timezone.is_naive(scheduled_for):
         raise InvalidSchedule("scheduled_for must be timezone-aware.")
@@ -260,7 +288,7 @@ def _build_job(
         task_name=spec.name,
         queue=queue,
         priority=priority,
-        payload=_check_json({} if request.payload is None else request.payload),
+        payload=check_payload({} if request.payload is None else request.payload),
         payload_version=version,
         scheduled_for=scheduled_for,
         run_at=run_at,
@@ -271,10 +299,10 @@ def _build_job(
     )
 
 
-def _check_json(payload: Any) -> Any:
+def check_payload(payload: Any) -> Any:
     """Return the payload as it will read back from the database, or raise InvalidPayload."""
     try:
-        return json.loads(json.dumps(payload, allow_nan=False))
+        text = json.dumps(payload, allow_nan=False)
     except ValueError as exc:
         raise InvalidPayload(
             "The payload contains NaN or Infinity, which JSON cannot represent."
@@ -284,6 +312,24 @@ def _check_json(payload: Any) -> Any:
         raise InvalidPayload(
             "The payload is not JSON-serialisable: %s." % str(exc).splitlines()[0]
         ) from exc
+    stored = json.loads(text)
+    # PostgreSQL's jsonb refuses \u0000; SQLite would store it. The walk runs
+    # only when the text has the escape (it may also be an escaped backslash).
+    if "\\u0000" in text and _contains_nul(stored):
+        raise InvalidPayload(
+            "The payload contains a NUL character (\\x00), which the database cannot store."
+        )
+    return stored
+
+
+def _contains_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_contains_nul(key) or _contains_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_contains_nul(item) for item in value)
+    return False
 
 
 def _insert_unique(jobs: Sequence[Job], batch_size: int = 1000) -> list[Job]:

@@ -94,3 +94,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"scheduler_app": {"handlers": ["console"], "level": env.str("LOG_LEVEL", "INFO")}},
 }
+
+# A worker subprocess on a host whose clock is off (tests/processes/test_skewed_clock.py).
+if env.float("SCHEDULER_TEST_CLOCK_SKEW", 0.0):
+    from tests.skewed_clock import skew_clock
+
+    skew_clock(env.float("SCHEDULER_TEST_CLOCK_SKEW"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -15,6 +15,8 @@ from scheduler_app.lateness import lateness_by_task
 from scheduler_app.models import Job, LatenessOverview
 
 DEFAULT_OVERDUE_SECONDS = 60
+#: 100 years; a much larger threshold would reach back before year 1.
+MAX_OVERDUE_SECONDS = 36525 * 24 * 3600
 
 
 @admin.register(LatenessOverview)
@@ -37,10 +39,18 @@ class LatenessOverviewAdmin(admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         now = clock.now()
+        status = 200
         try:
             threshold = max(int(request.GET.get("overdue", DEFAULT_OVERDUE_SECONDS)), 0)
         except ValueError:
             threshold = DEFAULT_OVERDUE_SECONDS
+        if threshold > MAX_OVERDUE_SECONDS:
+            messages.error(
+                request,
+                "overdue must be a number of seconds from 0 to %s (100 years); got %s."
+                % (MAX_OVERDUE_SECONDS, request.GET["overdue"]),
+            )
+            threshold, status = DEFAULT_OVERDUE_SECONDS, 400
         due = Job.objects.due(now)
         overdue = due.filter(run_at__lt=now - dt.timedelta(seconds=threshold))
         context = {
@@ -57,4 +67,4 @@ class LatenessOverviewAdmin(admin.ModelAdmin):
             "oldest": due.order_by("run_at").first(),
             "now": now,
         }
-        return TemplateResponse(request, self.change_list_template, context)
+        return TemplateResponse(request, self.change_list_template, context, status=status)

@@ -12,8 +12,11 @@ from django.utils.html import format_html, format_html_join
 
 from scheduler_app import clock
 from scheduler_app.admin.display import report_counts, seconds
+from scheduler_app.exceptions import InvalidPayload, ValidationError
 from scheduler_app.models import Schedule, ScheduleOccurrence
+from scheduler_app.schedules.declared import prune_declared_schedules
 from scheduler_app.schedules.recurrence import next_run_times
+from scheduler_app.scheduling import check_payload
 
 PREVIEW_COUNT = 10
 
@@ -21,7 +24,11 @@ PREVIEW_COUNT = 10
 class ScheduleForm(forms.ModelForm):
     def clean_payload(self) -> Any:
         value = self.cleaned_data["payload"]
-        return {} if value is None else value  # blank means "no payload"; the column is NOT NULL
+        try:
+            # Blank means "no payload"; the column is NOT NULL.
+            return check_payload({} if value is None else value)
+        except InvalidPayload as exc:
+            raise forms.ValidationError(exc.message, code=exc.code) from exc
 
 
 class OccurrenceInline(admin.TabularInline):
@@ -63,13 +70,23 @@ class ScheduleAdmin(admin.ModelAdmin):
     ]
     list_filter = ["enabled", "kind", "declared_in_code"]
     search_fields = ["name", "task_name"]
-    actions = ["enable", "disable"]
-    readonly_fields = ["next_runs", "next_run_at", "declared_in_code"]
+    actions = ["enable", "disable", "prune"]
+    readonly_fields = ["next_runs", "next_run_at", "declared_in_code", "declared_version"]
     inlines = [OccurrenceInline]
     fieldsets = [
         (
             None,
-            {"fields": ["name", "task_name", "payload", "queue", "enabled", "declared_in_code"]},
+            {
+                "fields": [
+                    "name",
+                    "task_name",
+                    "payload",
+                    "queue",
+                    "enabled",
+                    "declared_in_code",
+                    "declared_version",
+                ]
+            },
         ),
         (
             "When",
@@ -135,6 +152,37 @@ class ScheduleAdmin(admin.ModelAdmin):
     @admin.action(description="Disable selected schedules", permissions=["change"])
     def disable(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_enabled(request, queryset, False)
+
+    @admin.action(
+        description="Prune selected schedules that code no longer declares",
+        permissions=["change"],
+    )
+    def prune(self, request: HttpRequest, queryset: QuerySet) -> None:
+        names = list(queryset.values_list("name", flat=True))
+        try:
+            pruned = prune_declared_schedules(names)
+        except ValidationError as exc:
+            self.message_user(request, exc.message, level=messages.ERROR)
+            return
+        report_counts(
+            request,
+            self,
+            {"pruned": len(pruned), "kept": len(names) - len(pruned)},
+            {
+                "pruned": (
+                    "%(count)d schedule pruned: disabled, no longer owned by code.",
+                    "%(count)d schedules pruned: disabled, no longer owned by code.",
+                    messages.SUCCESS,
+                ),
+                "kept": (
+                    "%(count)d schedule kept: still declared, not from code, or written by "
+                    "a newer SCHEDULES_VERSION.",
+                    "%(count)d schedules kept: still declared, not from code, or written by "
+                    "a newer SCHEDULES_VERSION.",
+                    messages.INFO,
+                ),
+            },
+        )
 
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet, enabled: bool) -> None:
         changed = queryset.filter(enabled=not enabled).update(

@@ -54,6 +54,7 @@ from scheduler_app.api.serializers import (
 )
 from scheduler_app.api.throttling import WriteRateThrottle
 from scheduler_app.cancellation import CancelOutcome
+from scheduler_app.db import DatabaseNow
 from scheduler_app.exceptions import SendLaneNotCancellable
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends import batches
@@ -346,7 +347,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
         # The window is part of the guarded UPDATE: a job whose deadline has
         # passed is outside the queryset, so it can never be cancelled here.
         outcome = cancellation.cancel(
-            job_id, by=request.user, queryset=visible.filter(undo_deadline__gt=now)
+            job_id, by=request.user, queryset=visible.filter(undo_deadline__gt=DatabaseNow())
         )
         if outcome is CancelOutcome.NOT_FOUND:
             # Not ours, or no longer inside its window: find out which.

@@ -1,7 +1,7 @@
 """The only raw SQL in scheduler_app, one module per database vendor.
 
 ``backend()`` returns the module for the default connection's vendor; both
-modules expose the same functions (claim_jobs, finish_jobs, notify).
+modules expose the same functions (claim_jobs, finish_jobs, notify, now_sql).
 """
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
+from django.db.models import DateTimeField, Expression
 
 if TYPE_CHECKING:
     from scheduler_app.models import Job
@@ -19,17 +20,58 @@ if TYPE_CHECKING:
 
 def backend() -> ModuleType:
     """Return the SQL module for the default database's vendor."""
-    if connection.vendor == "postgresql":
+    return _backend_for(connection.vendor)
+
+
+def _backend_for(vendor: str) -> ModuleType:
+    if vendor == "postgresql":
         from scheduler_app.db import postgresql
 
         return postgresql
-    if connection.vendor == "sqlite":
+    if vendor == "sqlite":
         from scheduler_app.db import sqlite
 
         return sqlite
-    raise NotImplementedError(
-        "scheduler_app supports PostgreSQL and SQLite, not %s." % connection.vendor
-    )
+    raise NotImplementedError("scheduler_app supports PostgreSQL and SQLite, not %s." % vendor)
+
+
+class DatabaseNow(Expression):
+    """The database's clock plus ``offset``: what every comparison across hosts uses.
+
+    Leases, their renewal and rescue, due times and undo deadlines compare
+    against this, never against a host's clock, so a host whose clock is off
+    can neither rescue a live job nor run one inside its undo window.
+
+    PostgreSQL: ``statement_timestamp()``, or inside ``clock.frozen_clock``
+    the frozen time (so tests that freeze the clock drive leases, rescue and
+    undo). SQLite: ``clock.now()`` as a parameter (every process of a SQLite
+    database shares one host clock).
+
+    ORM: ``Job.objects.filter(lease_expires_at__lt=DatabaseNow())``,
+    ``.update(lease_expires_at=DatabaseNow(lease))``. Raw SQL (under db/):
+    ``sql, params = backend().now_sql(offset)`` gives a fragment with
+    positional ``%s`` placeholders; a PostgreSQL statement with named
+    parameters writes ``NOW.format(frozen="%(frozen)s")`` and passes
+    ``{"frozen": clock.frozen_at()}`` (as CLAIM does); on SQLite pass
+    ``clock.now()``. ``database_now(offset)`` reads the value in Python.
+    """
+
+    output_field = DateTimeField()
+
+    def __init__(self, offset: dt.timedelta = dt.timedelta(0)) -> None:
+        super().__init__()
+        self.offset = offset
+
+    def __repr__(self) -> str:
+        return "DatabaseNow(%r)" % self.offset
+
+    def as_sql(self, compiler: Any, conn: Any, **extra: Any) -> tuple[str, list]:
+        return _backend_for(conn.vendor).now_sql(self.offset)
+
+
+def database_now(offset: dt.timedelta = dt.timedelta(0)) -> dt.datetime:
+    """Return DatabaseNow(offset) as an aware UTC datetime (one query on PostgreSQL)."""
+    return backend().read_now(offset)
 
 
 def notify_jobs_scheduled(jobs: Iterable[Job], *, now: dt.datetime) -> None:

@@ -10,6 +10,7 @@ import psycopg
 from django.db import connection
 from django.db.models import QuerySet
 
+from scheduler_app import clock
 from scheduler_app.models import Job, JobAttempt
 
 JOB = Job._meta.db_table
@@ -32,13 +33,21 @@ def bound_cursor() -> Iterator[psycopg.Cursor]:
         yield cursor
 
 
+NOW = "COALESCE({frozen}::timestamptz, statement_timestamp())"
+"""The database's clock (see scheduler_app.db.DatabaseNow). ``{frozen}`` is a
+parameter: NULL, or the frozen test clock. statement_timestamp(), not now():
+now() stays at the start of the transaction. One text for both cases, so
+prepared statements are reused."""
+
 CLAIM = f"""
 UPDATE {JOB} AS j
-SET status = 'running', worker_id = %(worker)s, lease_expires_at = %(lease)s,
-    started_at = %(now)s, attempts = j.attempts + 1, lease_token = j.lease_token + 1
+SET status = 'running', worker_id = %(worker)s,
+    lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s,
+    started_at = %(started)s, attempts = j.attempts + 1, lease_token = j.lease_token + 1
 FROM (
     SELECT id FROM {JOB}
-    WHERE status = 'pending' AND queue = ANY(%(queues)s) AND run_at <= %(now)s
+    WHERE status = 'pending' AND queue = ANY(%(queues)s)
+      AND run_at <= {NOW.format(frozen="%(frozen)s")}
       AND NOT (task_name = ANY(%(paused_tasks)s))
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
@@ -49,7 +58,8 @@ RETURNING j.id, j.task_name, j.payload::text, j.payload_version, j.attempts, j.m
           j.scheduled_for, j.run_at, j.unique_key, j.lease_token, j.retry_later_deadline
 """
 """Claim up to `limit` due jobs. SKIP LOCKED so a slow claimer never blocks the
-others, and a row a cancel holds is skipped, not waited for."""
+others, and a row a cancel holds is skipped, not waited for. Due and lease
+times are the database's clock; started_at is the worker's (for lateness)."""
 
 FINISH = f"""
 WITH v AS (
@@ -86,16 +96,36 @@ NOTIFY = "SELECT pg_notify(%s, %s)"
 """Wake idle workers; inside a transaction it is delivered at commit."""
 
 
+def now_sql(offset: dt.timedelta = dt.timedelta(0)) -> tuple[str, list]:
+    """Return the database's clock plus ``offset`` as SQL with ``%s`` placeholders, and params."""
+    sql, params = NOW.format(frozen="%s"), [clock.frozen_at()]
+    if offset:
+        return "(%s + %%s::interval)" % sql, [*params, offset]
+    return sql, params
+
+
+def read_now(offset: dt.timedelta = dt.timedelta(0)) -> dt.datetime:
+    """Return the database's clock plus ``offset``."""
+    sql, params = now_sql(offset)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s" % sql, params)
+        return cursor.fetchone()[0]
+
+
 def claim_jobs(
     *,
     worker: str,
     queues: Sequence[str],
     limit: int,
     now: dt.datetime,
-    lease: dt.datetime,
+    lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
 ) -> list[tuple]:
-    """Claim up to ``limit`` due jobs for ``worker``; return their rows (see CLAIM)."""
+    """Claim up to ``limit`` due jobs for ``worker``; return their rows (see CLAIM).
+
+    ``now`` (the worker's clock) is recorded as started_at; the lease runs
+    ``lease`` from the database's clock.
+    """
     with bound_cursor() as cursor:
         cursor.execute(
             CLAIM,
@@ -103,7 +133,8 @@ def claim_jobs(
                 "worker": worker,
                 "queues": list(queues),
                 "limit": limit,
-                "now": now,
+                "started": now,
+                "frozen": clock.frozen_at(),
                 "lease": lease,
                 "paused_tasks": list(paused_tasks),
             },

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from django.db import connection, transaction
 
+from scheduler_app import clock
 from scheduler_app.models import Job, JobAttempt
 
 JOB = Job._meta.db_table
@@ -49,16 +50,33 @@ VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
 
 
+def now_sql(offset: dt.timedelta = dt.timedelta(0)) -> tuple[str, list]:
+    """Return the clock plus ``offset`` as SQL and params: clock.now(), a parameter.
+
+    Every process of a SQLite database runs on one host, so its clock is the
+    database's.
+    """
+    return "%s", [connection.ops.adapt_datetimefield_value(read_now(offset))]
+
+
+def read_now(offset: dt.timedelta = dt.timedelta(0)) -> dt.datetime:
+    """Return the clock plus ``offset``."""
+    return clock.now() + offset
+
+
 def claim_jobs(
     *,
     worker: str,
     queues: Sequence[str],
     limit: int,
     now: dt.datetime,
-    lease: dt.datetime,
+    lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
 ) -> list[tuple]:
-    """Claim up to ``limit`` due jobs for ``worker``; return their rows."""
+    """Claim up to ``limit`` due jobs for ``worker``; return their rows.
+
+    ``now`` is the host's clock, which on SQLite is the database's (see now_sql).
+    """
     ops = connection.ops
     sql = CLAIM.replace("{queues}", ", ".join(["%s"] * len(queues))).replace(
         "{paused_tasks}",
@@ -66,7 +84,7 @@ def claim_jobs(
     )
     params = [
         worker,
-        ops.adapt_datetimefield_value(lease),
+        ops.adapt_datetimefield_value(now + lease),
         ops.adapt_datetimefield_value(now),
         *queues,
         ops.adapt_datetimefield_value(now),

@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_app import clock
+from scheduler_app.db import DatabaseNow
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -26,8 +27,8 @@ class JobQuerySet(models.QuerySet["Job"]):
         return self.filter(status=Job.Status.RUNNING)
 
     def expired_leases(self, now: dt.datetime | None = None) -> JobQuerySet:
-        """Return running jobs whose worker stopped renewing the lease."""
-        return self.running().filter(lease_expires_at__lt=now or clock.now())
+        """Return running jobs whose lease expired by the database's clock (or ``now``)."""
+        return self.running().filter(lease_expires_at__lt=now or DatabaseNow())
 
     def unfinished(self) -> JobQuerySet:
         """Return jobs that are pending or running."""

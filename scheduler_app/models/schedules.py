@@ -97,6 +97,9 @@ class Schedule(models.Model):
     # The scheduler's cursor: the next occurrence not yet handled (None: work it out).
     next_run_at = models.DateTimeField(null=True, blank=True)
     declared_in_code = models.BooleanField(default=False, editable=False)
+    # The SCHEDULES_VERSION that last wrote it from code; a lower version leaves it alone.
+    # db_default: workers of the previous release insert rows without this column.
+    declared_version = models.PositiveIntegerField(default=0, db_default=0, editable=False)
     created_at = models.DateTimeField(default=clock.now, editable=False)
     updated_at = models.DateTimeField(default=clock.now, editable=False)
 

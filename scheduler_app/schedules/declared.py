@@ -13,16 +13,22 @@ Keys: task (required); exactly one of cron, fixed_rate, fixed_delay
 ("run_once"/"run_all"/"skip"), misfire_grace and jitter (seconds),
 start_at (ISO 8601, fixed rate), enabled (initial value only).
 
-Syncing (at every runworker start, or ``sync_declared_schedules()``) writes
-the definition from code but never ``enabled``, so an operator's "disabled"
-in the admin survives deploys. A declared schedule removed from code is
-disabled, not deleted, so its history stays.
+Syncing (at every runworker start, ``manage.py sync_schedules`` or
+``sync_declared_schedules()``) creates and updates what this process
+declares, never ``enabled``, so an operator's "disabled" in the admin
+survives deploys. During a rolling deploy old and new workers sync their own
+declarations: a schedule records the SCHEDULES_VERSION that last wrote it,
+and a lower version's declaration is logged and ignored, so the cursor never
+flips between two rules. Sync never disables anything: a schedule removed
+from code is pruned explicitly (``sync_schedules --prune`` or the admin
+action), which disables it and keeps its history.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -33,6 +39,7 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
+from scheduler_app.scheduling import check_payload
 
 logger = logging.getLogger("scheduler_app.schedules")
 
@@ -87,8 +94,12 @@ def declared_schedules() -> dict[str, Schedule]:
 
 
 def sync_declared_schedules() -> list[Schedule]:
-    """Create or update the declared schedules; return them as stored."""
+    """Create or update the schedules this process declares; return them as stored.
+
+    A schedule last written by a higher SCHEDULES_VERSION is left as it is.
+    """
     declared = declared_schedules()
+    version = app_settings.SCHEDULES_VERSION
     now = clock.now()
     stored = []
     with transaction.atomic():
@@ -99,33 +110,82 @@ def sync_declared_schedules() -> list[Schedule]:
             current = existing.get(name)
             if current is None:
                 wanted.declared_in_code = True
+                wanted.declared_version = version
                 wanted.created_at = wanted.updated_at = now
                 wanted.save(force_insert=True)
-                logger.info("schedule declared schedule=%s", name)
+                logger.info("schedule declared schedule=%s version=%s", name, version)
                 stored.append(wanted)
                 continue
-            changed = [f for f in DEFINITION_FIELDS if getattr(current, f) != getattr(wanted, f)]
-            if changed or not current.declared_in_code:
-                for field in changed:
-                    setattr(current, field, getattr(wanted, field))
-                if set(changed) & set(TIMING_FIELDS):
-                    current.next_run_at = None
-                current.declared_in_code = True
-                current.updated_at = now
-                current.save(
-                    update_fields=[*changed, "next_run_at", "declared_in_code", "updated_at"]
-                )
-                logger.info(
-                    "schedule updated from code schedule=%s fields=%s", name, ",".join(changed)
-                )
             stored.append(current)
-        removed = Schedule.objects.filter(declared_in_code=True, enabled=True).exclude(
-            name__in=declared
-        )
-        for name in removed.values_list("name", flat=True):
-            logger.warning("schedule no longer declared, disabling schedule=%s", name)
-        removed.update(enabled=False, updated_at=now)
+            changed = [f for f in DEFINITION_FIELDS if getattr(current, f) != getattr(wanted, f)]
+            if current.declared_version > version:
+                if changed:
+                    logger.warning(
+                        "schedule declared by a newer version, ignoring ours schedule=%s "
+                        "version=%s stored_version=%s fields=%s",
+                        name,
+                        version,
+                        current.declared_version,
+                        ",".join(changed),
+                    )
+                continue
+            if not changed and current.declared_in_code and current.declared_version == version:
+                continue
+            for field in changed:
+                setattr(current, field, getattr(wanted, field))
+            if set(changed) & set(TIMING_FIELDS) and not _due(current, now):
+                current.next_run_at = None  # follow the new rule from now on
+            current.declared_in_code = True
+            current.declared_version = version
+            current.updated_at = now
+            current.save(
+                update_fields=[
+                    *changed,
+                    "next_run_at",
+                    "declared_in_code",
+                    "declared_version",
+                    "updated_at",
+                ]
+            )
+            logger.info(
+                "schedule updated from code schedule=%s version=%s fields=%s",
+                name,
+                version,
+                ",".join(changed),
+            )
     return stored
+
+
+def prune_declared_schedules(names: Iterable[str] | None = None) -> list[str]:
+    """Disable the schedules from code that this process no longer declares; return their names.
+
+    ``names`` narrows it to those schedules. A schedule last written by a
+    higher SCHEDULES_VERSION is left alone. A pruned schedule keeps its
+    history and belongs to the admin (declared_in_code False) until a
+    version declares it again; it stays disabled until enabled in the admin.
+    """
+    version = app_settings.SCHEDULES_VERSION
+    candidates = Schedule.objects.filter(
+        declared_in_code=True, declared_version__lte=version
+    ).exclude(name__in=list(declared_schedules()))
+    if names is not None:
+        candidates = candidates.filter(name__in=list(names))
+    with transaction.atomic():
+        pruned = list(candidates.select_for_update().values_list("name", flat=True))
+        Schedule.objects.filter(name__in=pruned).update(
+            enabled=False, declared_in_code=False, declared_version=version, updated_at=clock.now()
+        )
+    for name in pruned:
+        logger.warning("schedule pruned schedule=%s version=%s", name, version)
+    return pruned
+
+
+def _due(schedule: Schedule, now: dt.datetime) -> bool:
+    """Return True if the cursor is an occurrence that has come but is not enqueued yet.
+
+    Such a cursor is kept when the timing changes, so that occurrence still runs.
+    """
+    return schedule.next_run_at is not None and schedule.next_run_at <= now
 
 
 def _build(name: str, definition: Any) -> Schedule:
@@ -145,7 +205,7 @@ def _build(name: str, definition: Any) -> Schedule:
         schedule = Schedule(
             name=name,
             task_name=definition.get("task", ""),
-            payload=definition.get("payload", {}),
+            payload=check_payload(definition.get("payload", {})),
             queue=definition.get("queue", ""),
             enabled=definition.get("enabled", True),
             kind=KINDS[kind],

@@ -17,7 +17,7 @@ from scheduler_app.exceptions import InvalidSchedule
 from scheduler_app.models import Job
 from scheduler_app.registry import TaskSpec
 from scheduler_app.schedules.recurrence import fixed_jitter
-from scheduler_app.scheduling import JobRequest, schedule_many
+from scheduler_app.scheduling import LATEST_RUN_AT, JobRequest, schedule_many
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -57,9 +57,17 @@ def local_run_time(
         tz = zoneinfo.ZoneInfo(timezone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
         raise InvalidSchedule("Unknown time zone %r." % timezone) from exc
-    day = event_at.astimezone(tz).date() + dt.timedelta(days=days_after)
+    try:
+        day = event_at.astimezone(tz).date() + dt.timedelta(days=days_after)
+    except OverflowError:
+        day = dt.date.max
     offset = fixed_jitter(jitter, jitter_key)
     while True:
+        if day >= LATEST_RUN_AT.date():
+            raise InvalidSchedule(
+                "days_after puts the run time after %s, the latest allowed; got %s."
+                % (LATEST_RUN_AT.isoformat(), days_after)
+            )
         local = dt.datetime.combine(day, at, tzinfo=tz)
         # Round-trip through UTC so a non-existent local time lands after the gap.
         run_at = local.astimezone(dt.UTC) + offset

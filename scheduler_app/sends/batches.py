@@ -22,6 +22,7 @@ from django.db.models.functions import Cast, Concat
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user, record
+from scheduler_app.db import database_now
 from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.schedules.per_item import local_run_time
@@ -121,7 +122,7 @@ def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] =
     ]
     if failing:
         raise ChecklistFailed(failing)
-    now = clock.now()
+    now = database_now()  # the clock the lanes' claim and the undo compare against
     margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
     window_ends = now + batch.undo_window
     start = max(
@@ -167,7 +168,7 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
             raise BatchStateError(
                 "Only a paused batch can be resumed; this batch is %s." % _status(batch)
             )
-        now = start = clock.now()
+        now = start = database_now()
         if not batch.started_at:
             # Not started yet: keep its send time and undo window.
             start = max(now, batch.scheduled_at or now)

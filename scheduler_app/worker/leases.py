@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from django.db import transaction
 
 from scheduler_app import clock
+from scheduler_app.db import DatabaseNow
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.signals import job_failed
 
@@ -25,7 +26,7 @@ def renew(worker_id: str, job_ids: Iterable[int], lease: dt.timedelta) -> int:
     return (
         Job.objects.running()
         .filter(pk__in=ids, worker_id=worker_id)
-        .update(lease_expires_at=clock.now() + lease)
+        .update(lease_expires_at=DatabaseNow(lease))
     )
 
 
@@ -35,12 +36,14 @@ def rescue_expired(rescuer_id: str) -> int:
     The claimed attempt counts: the job may have had side effects before its
     worker died. Safe to run from every worker at once: rows are locked with
     SKIP LOCKED (PostgreSQL) or behind SQLite's single writer, and each UPDATE
-    is guarded by status and lease token. Returns how many jobs were rescued.
+    is guarded by status and lease token. Expiry is judged by the database's
+    clock, so a rescuer whose clock runs ahead rescues nothing early. Returns
+    how many jobs were rescued.
     """
     now = clock.now()
     with transaction.atomic():
         expired = list(
-            Job.objects.expired_leases(now)
+            Job.objects.expired_leases()
             .select_for_update(skip_locked=True)
             .order_by("id")
             .values_list(

@@ -194,7 +194,7 @@ class Worker:
                 queues=queues,
                 limit=limit,
                 now=now,
-                lease=now + self.options.lease,
+                lease=self.options.lease,
                 paused_tasks=sorted(paused.tasks),
             )
         )

@@ -151,7 +151,7 @@ def make_job(db) -> Callable[..., Job]:
                 queues=[job.queue],
                 limit=1,
                 now=now,
-                lease=now + dt.timedelta(seconds=60),
+                lease=dt.timedelta(seconds=60),
             )
             assert [row[0] for row in rows] == [job.pk]
         elif status != Job.Status.PENDING:

@@ -90,4 +90,4 @@ def test_change_permission_offers_the_ordinary_actions(staff, objects):
         staff("operator", "view_job", "change_job", "view_schedule", "change_schedule")
     )
     assert offered_actions(client, "job") == {"cancel_jobs", "run_now", "retry_failed"}
-    assert offered_actions(client, "schedule") == {"enable", "disable"}
+    assert offered_actions(client, "schedule") == {"enable", "disable", "prune"}

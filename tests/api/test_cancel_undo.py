@@ -21,9 +21,10 @@ NOT_FOUND = {"error": {"code": "not_found", "message": "Not found.", "fields": {
 def claim(job: Job, *, at: dt.datetime) -> None:
     """Claim ``job`` as a worker does, making it due first; it is then running."""
     Job.objects.filter(pk=job.pk).update(run_at=at - SECOND)
-    rows = backend().claim_jobs(
-        worker="w", queues=["default"], limit=1, now=at, lease=at + 30 * SECOND
-    )
+    with frozen_clock(at):  # the claim compares due times with the database's clock
+        rows = backend().claim_jobs(
+            worker="w", queues=["default"], limit=1, now=at, lease=30 * SECOND
+        )
     assert [row[0] for row in rows] == [job.pk]
 
 

@@ -94,7 +94,7 @@ def test_concurrent_undos_and_a_claim_have_one_outcome_and_consistent_responses(
             queues=["default"],
             limit=1,
             now=now,
-            lease=now + dt.timedelta(seconds=60),
+            lease=dt.timedelta(seconds=60),
         )
         return [row[0] for row in rows]
 

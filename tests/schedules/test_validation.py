@@ -168,7 +168,7 @@ def test_valid_declared_schedules_pass_the_check():
 
 
 @pytest.mark.django_db
-def test_sync_creates_updates_and_disables_without_clobbering_an_operators_enabled():
+def test_sync_creates_and_updates_without_clobbering_an_operators_enabled():
     first = utc(2026, 6, 1, 10, 0)
     with frozen_clock(first) as clock:
         with declaring(
@@ -225,7 +225,8 @@ def test_sync_creates_updates_and_disables_without_clobbering_an_operators_enabl
     assert nightly.updated_at == first + dt.timedelta(hours=1)
     assert (poll.payload, poll.next_run_at, poll.enabled) == ({"feed": "b"}, cursor, False)
     assert stored["paused-at-first"].enabled is False  # "enabled" in code is the initial value only
-    assert (stored["retired"].enabled, stored["retired"].next_run_at) == (False, cursor)
+    # No longer declared: left as it was (pruning is explicit: sync_schedules --prune).
+    assert (stored["retired"].enabled, stored["retired"].next_run_at) == (True, cursor)
     assert (stored["operators-own"].enabled, stored["operators-own"].declared_in_code) == (
         True,
         False,

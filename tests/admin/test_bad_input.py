@@ -1,0 +1,63 @@
+"""Bad input on the lateness and schedule pages: a 400 or a form error, never a 500."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler_app.models import Schedule
+from tests.admin.conftest import messages_of
+
+pytestmark = pytest.mark.django_db
+
+URL = "/admin/scheduler_app/latenessoverview/"
+
+
+@pytest.mark.parametrize("given", ["99999999999999999999", "3155760001"])
+def test_overdue_threshold_too_large_answers_400_with_a_message(admin, given):
+    response = admin.get(URL, {"overdue": given})
+
+    assert response.status_code == 400
+    assert messages_of(response) == [
+        (
+            "error",
+            "overdue must be a number of seconds from 0 to 3155760000 (100 years); got %s." % given,
+        )
+    ]
+    assert response.context["threshold"] == 60
+
+
+def test_largest_overdue_threshold_is_accepted(admin):
+    response = admin.get(URL, {"overdue": "3155760000"})
+
+    assert response.status_code == 200
+    assert response.context["threshold"] == 3155760000
+
+
+def test_schedule_payload_with_a_nul_is_a_form_error_not_a_500(admin):
+    response = admin.post(
+        "/admin/scheduler_app/schedule/add/",
+        {
+            "name": "nul",
+            "task_name": "tests.noop",
+            "payload": '{"to": "a\\u0000"}',
+            "queue": "",
+            "enabled": "on",
+            "kind": "cron",
+            "cron": "0 3 * * *",
+            "timezone": "UTC",
+            "overlap_policy": "skip",
+            "misfire_policy": "run_once",
+            "misfire_grace": "00:01:00",
+            "jitter": "0",
+            "occurrences-TOTAL_FORMS": "0",
+            "occurrences-INITIAL_FORMS": "0",
+        },
+    )
+
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {
+        "payload": [
+            "The payload contains a NUL character (\\x00), which the database cannot store."
+        ]
+    }
+    assert not Schedule.objects.exists()

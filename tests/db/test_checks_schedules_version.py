@@ -1,0 +1,24 @@
+"""System check scheduler_app.E006: SCHEDULES_VERSION is an integer >= 0."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from scheduler_app.checks import check_settings
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "2", True, None])
+def test_e006_refuses_a_schedules_version_that_is_not_an_integer_from_zero(value):
+    with override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "SCHEDULES_VERSION": value}):
+        errors = check_settings()
+    assert [(e.id, e.msg) for e in errors] == [
+        ("scheduler_app.E006", "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer >= 0.")
+    ]
+
+
+@pytest.mark.parametrize("value", [0, 7])
+def test_e006_accepts_integers_from_zero(value):
+    with override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "SCHEDULES_VERSION": value}):
+        assert check_settings() == []
