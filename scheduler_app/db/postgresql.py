@@ -208,11 +208,12 @@ BATCH = "scheduler_app_sendbatch"
 
 CLAIM_RECIPIENTS = f"""
 UPDATE {RECIPIENT} AS r
-SET claimed_by = %(claim)s, claimed_until = %(until)s
+SET claimed_by = %(claim)s, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
 FROM (
     SELECT id FROM {RECIPIENT}
     WHERE batch_id = %(batch)s AND status = 'pending' AND NOT is_seed
-      AND next_attempt_at <= %(now)s AND (claimed_until IS NULL OR claimed_until < %(now)s)
+      AND next_attempt_at <= {NOW.format(frozen="%(frozen)s")}
+      AND (claimed_until IS NULL OR claimed_until < {NOW.format(frozen="%(frozen)s")})
     ORDER BY next_attempt_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -227,7 +228,7 @@ depend on statistics that know nothing yet of a batch just frozen."""
 
 BEGIN_RECIPIENT = f"""
 UPDATE {RECIPIENT}
-SET attempts = attempts + 1, claimed_until = %(until)s
+SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
 WHERE id = %(id)s AND claimed_by = %(claim)s AND status = 'pending'
 RETURNING attempts
 """
@@ -235,7 +236,7 @@ RETURNING attempts
 and extend its claim over the provider call. No row: another lane took it over."""
 
 EXTEND_CLAIMS = f"""
-UPDATE {RECIPIENT} SET claimed_until = %(until)s
+UPDATE {RECIPIENT} SET claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
 WHERE id = ANY(%(ids)s) AND claimed_by = %(claim)s AND status = 'pending'
 """
 """Keep the not yet sent rest of a chunk claimed while the lane works through it."""
@@ -277,7 +278,7 @@ MARK_AND_BEGIN = (
     MARK_RECIPIENTS.replace("SELECT status FROM marked", "")
     + f""", begun AS (
     UPDATE {RECIPIENT}
-    SET attempts = attempts + 1, claimed_until = %s
+    SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%s")} + %s
     WHERE id = %s AND claimed_by = (SELECT %s::text) AND status = 'pending'
     RETURNING attempts
 )
@@ -307,41 +308,81 @@ def freeze_recipients(
 
 
 def claim_recipients(
-    *, batch_id: int, claim: str, limit: int, now: dt.datetime, until: dt.datetime
+    *, batch_id: int, claim: str, limit: int, claim_for: dt.timedelta
 ) -> list[tuple]:
-    """Claim up to ``limit`` due recipients; return (id, key, address, tz, context, attempts)."""
+    """Claim up to ``limit`` due recipients for ``claim_for`` by the database's clock.
+
+    Returns (id, key, address, tz, context, attempts) rows.
+    """
     with bound_cursor() as cursor:
         cursor.execute(
             CLAIM_RECIPIENTS,
-            {"batch": batch_id, "claim": claim, "limit": limit, "now": now, "until": until},
+            {
+                "batch": batch_id,
+                "claim": claim,
+                "limit": limit,
+                "claim_for": claim_for,
+                "frozen": clock.frozen_at(),
+            },
         )
         return cursor.fetchall()
 
 
 def begin_recipient(
-    *, recipient_id: int, claim: str, until: dt.datetime, batch_id: int, marks: Sequence = ()
+    *,
+    recipient_id: int,
+    claim: str,
+    claim_for: dt.timedelta,
+    batch_id: int,
+    marks: Sequence = (),
 ) -> tuple[int | None, list[str]]:
     """Record ``marks`` (see mark_recipients), then charge the attempt about to be made if
-    ``claim`` still owns the recipient; return (its attempt or None, statuses marked)."""
+    ``claim`` still owns the recipient, extending its claim by ``claim_for``; return (its
+    attempt or None, statuses marked)."""
     if not marks:
         with bound_cursor() as cursor:
-            cursor.execute(BEGIN_RECIPIENT, {"id": recipient_id, "claim": claim, "until": until})
+            cursor.execute(
+                BEGIN_RECIPIENT,
+                {
+                    "id": recipient_id,
+                    "claim": claim,
+                    "claim_for": claim_for,
+                    "frozen": clock.frozen_at(),
+                },
+            )
             row = cursor.fetchone()
         return (None if row is None else row[0]), []
     columns = [list(column) for column in zip(*marks, strict=True)]
     with bound_cursor() as cursor:
         cursor.execute(
             MARK_AND_BEGIN,
-            [*columns, columns[0], claim, batch_id, until, recipient_id, claim],
+            [
+                *columns,
+                columns[0],
+                claim,
+                batch_id,
+                clock.frozen_at(),
+                claim_for,
+                recipient_id,
+                claim,
+            ],
         )
         statuses, attempt = cursor.fetchone()
     return attempt, list(statuses or [])
 
 
-def extend_claims(*, recipient_ids: Sequence[int], claim: str, until: dt.datetime) -> int:
-    """Extend ``claim`` on those of ``recipient_ids`` it still holds; return how many."""
+def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta) -> int:
+    """Extend ``claim`` by ``claim_for`` on those of ``recipient_ids`` it still holds."""
     with bound_cursor() as cursor:
-        cursor.execute(EXTEND_CLAIMS, {"ids": list(recipient_ids), "claim": claim, "until": until})
+        cursor.execute(
+            EXTEND_CLAIMS,
+            {
+                "ids": list(recipient_ids),
+                "claim": claim,
+                "claim_for": claim_for,
+                "frozen": clock.frozen_at(),
+            },
+        )
         return cursor.rowcount
 
 

@@ -266,19 +266,26 @@ def freeze_recipients(
 
 
 def claim_recipients(
-    *, batch_id: int, claim: str, limit: int, now: dt.datetime, until: dt.datetime
+    *, batch_id: int, claim: str, limit: int, claim_for: dt.timedelta
 ) -> list[tuple]:
-    """Claim up to ``limit`` due recipients of a batch."""
+    """Claim up to ``limit`` due recipients of a batch for ``claim_for``."""
     adapt = connection.ops.adapt_datetimefield_value
+    now = read_now()
     with connection.cursor() as cursor:
         cursor.execute(
-            CLAIM_RECIPIENTS, [claim, adapt(until), batch_id, adapt(now), adapt(now), limit]
+            CLAIM_RECIPIENTS,
+            [claim, adapt(now + claim_for), batch_id, adapt(now), adapt(now), limit],
         )
         return cursor.fetchall()
 
 
 def begin_recipient(
-    *, recipient_id: int, claim: str, until: dt.datetime, batch_id: int, marks: Sequence = ()
+    *,
+    recipient_id: int,
+    claim: str,
+    claim_for: dt.timedelta,
+    batch_id: int,
+    marks: Sequence = (),
 ) -> tuple[int | None, list[str]]:
     """Record ``marks``, then charge the attempt about to be made if ``claim`` still owns the
     recipient; return (its attempt or None, statuses marked). One transaction."""
@@ -286,19 +293,19 @@ def begin_recipient(
     with transaction.atomic():
         kept = mark_recipients(marks, claim=claim, batch_id=batch_id) if marks else []
         with connection.cursor() as cursor:
-            cursor.execute(BEGIN_RECIPIENT, [adapt(until), recipient_id, claim])
+            cursor.execute(BEGIN_RECIPIENT, [adapt(read_now(claim_for)), recipient_id, claim])
             row = cursor.fetchone()
     return (None if row is None else row[0]), kept
 
 
-def extend_claims(*, recipient_ids: Sequence[int], claim: str, until: dt.datetime) -> int:
-    """Extend ``claim`` on those of ``recipient_ids`` it still holds; return how many."""
+def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta) -> int:
+    """Extend ``claim`` by ``claim_for`` on those of ``recipient_ids`` it still holds."""
     if not recipient_ids:
         return 0
     adapt = connection.ops.adapt_datetimefield_value
     sql = EXTEND_CLAIMS.replace("{ids}", ", ".join(["%s"] * len(recipient_ids)))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [adapt(until), *recipient_ids, claim])
+        cursor.execute(sql, [adapt(read_now(claim_for)), *recipient_ids, claim])
         return cursor.rowcount
 
 

@@ -22,7 +22,7 @@ from django.db.models.functions import Cast, Concat
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user, record
-from scheduler_app.db import database_now
+from scheduler_app.db import DatabaseNow, database_now
 from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.schedules.per_item import local_run_time
@@ -289,14 +289,13 @@ def _send_seed(marker: Recipient, template: MessageTemplate, provider: Any) -> N
     while the claim is still ours.
     """
     claim = "seed:%s" % uuid.uuid4().hex
-    now = clock.now()
     claimed = (
         Recipient.objects.filter(pk=marker.pk)
         .exclude(status=Recipient.Status.SENT)
-        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=DatabaseNow()))
         .update(
             claimed_by=claim,
-            claimed_until=now + dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS),
+            claimed_until=DatabaseNow(dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS)),
         )
     )
     if not claimed:

@@ -283,9 +283,8 @@ class Lane:
             if paused_scopes().covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
                 raise RetryLater(delay=PAUSED_RECHECK, reason="sends are paused by a kill switch")
             size = limiter.chunk_size_for(self.batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE)
-            now = clock.now()
             rows = backend().claim_recipients(
-                batch_id=batch_id, claim=self.claim, limit=size, now=now, until=now + self.claim_for
+                batch_id=batch_id, claim=self.claim, limit=size, claim_for=self.claim_for
             )
             if not rows:
                 return _finish_lane(self.batch, self.counts)
@@ -342,7 +341,7 @@ class Lane:
                 continue  # another lane owns it now
             self._add(outcome)
             if outcome.status == Status.PENDING and outcome.refund:
-                halt, wait = outcome.error, outcome.next_attempt_at - clock.now()
+                halt, wait = outcome.error, _wait_until(outcome.next_attempt_at)
                 done += 1
                 break
             if self.stop_reason:
@@ -351,7 +350,8 @@ class Lane:
         else:
             done = len(rows)
         # The rest of the chunk goes back as it was (no attempt used), after ``wait``.
-        back_at, why = clock.now() + wait, halt if wait else ""
+        # No wait: keep their due time (compared with the database's clock, not ours).
+        back_at, why = (clock.now() + wait, halt) if wait else (None, "")
         self.unmarked.extend(
             Outcome(row[0], Status.PENDING, next_attempt_at=back_at, error=why)
             for row in rows[done:]
@@ -367,7 +367,7 @@ class Lane:
         attempt, kept = backend().begin_recipient(
             recipient_id=recipient_id,
             claim=self.claim,
-            until=clock.now() + self.claim_for,
+            claim_for=self.claim_for,
             batch_id=self.batch.pk,
             marks=[o.as_row() for o in marks],
         )
@@ -394,9 +394,7 @@ class Lane:
             )
         except SenderRefused as exc:  # not the recipient's fault: no attempt used, pause
             self.stop_reason = str(exc)
-            return Outcome(
-                recipient_id, Status.PENDING, refund=1, next_attempt_at=clock.now(), error=str(exc)
-            )
+            return Outcome(recipient_id, Status.PENDING, refund=1, error=str(exc))
         return outcome
 
     def _add(self, outcome: Outcome) -> None:
@@ -435,8 +433,12 @@ class Lane:
     def _extend_claims(self, recipient_ids: list[int]) -> None:
         self._mark()  # no marker waits for another statement
         backend().extend_claims(
-            recipient_ids=recipient_ids, claim=self.claim, until=clock.now() + self.claim_for
+            recipient_ids=recipient_ids, claim=self.claim, claim_for=self.claim_for
         )
+
+
+def _wait_until(at: dt.datetime | None) -> dt.timedelta:
+    return dt.timedelta(0) if at is None else max(at - clock.now(), dt.timedelta(0))
 
 
 def _why_halt(halted: Callable[[], str], should_stop: Callable[[], bool]) -> str:

@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import record
+from scheduler_app.db import database_now
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends.batches import earliest_start, enqueue_lanes, lane_jobs
 
@@ -30,7 +31,7 @@ NEEDS_LANES = (Status.SCHEDULED, Status.SENDING)
 
 def revive_stranded_batches() -> list[int]:
     """Give lanes to batches that should be sending but have fewer than SEND_LANES; return ids."""
-    now = clock.now()
+    now = database_now()  # start times are compared with the database's clock
     live_lanes = (
         lane_jobs(OuterRef("pk"))
         .filter(status__in=Job.UNFINISHED)
