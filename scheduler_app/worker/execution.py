@@ -10,6 +10,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import re
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -25,6 +26,9 @@ logger = logging.getLogger("scheduler_app.worker")
 
 Status = Job.Status
 Outcome = JobAttempt.Outcome
+
+#: A NUL escape in JSON text: ``\\u0000`` preceded by an even number of backslashes.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -121,6 +125,25 @@ class Finish:
             job.started_at,
         )
 
+    def storable(self, reason: str) -> Finish:
+        """Return this outcome with its result and error cut down to what any database stores."""
+        note = "(The outcome could not be stored as it was: %s)" % reason
+        return dataclasses.replace(
+            self,
+            result=None if self.result is None else unstorable_result(reason),
+            error=storable_text("%s\n\n%s" % (self.error[:1000], note) if self.error else ""),
+        )
+
+
+def storable_text(text: str) -> str:
+    """Return ``text`` with what PostgreSQL text cannot hold (NUL, lone surrogates) escaped."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def unstorable_result(reason: str) -> str:
+    """Return the JSON recorded instead of a result the database cannot store."""
+    return json.dumps({"unstorable_result": storable_text(reason)})
+
 
 def execute(job: ClaimedJob, should_stop: Callable[[], bool] | None = None) -> Finish:
     """Run ``job``'s handler in this thread and return how the attempt ended."""
@@ -160,6 +183,7 @@ def fail(
     error = "%s: %s" % (type(exc).__name__, exc)
     if with_traceback:
         error += "\n\n" + "".join(traceback.format_exception(exc)).rstrip()
+    error = storable_text(error)
     if retryable and spec is not None and job.attempt < job.max_attempts:
         return Finish(
             job=job,
@@ -211,21 +235,36 @@ def _retry_later(job: ClaimedJob, spec: TaskSpec, exc: RetryLater) -> Finish:
         finished_at=now,
         run_at=run_at,
         refund=1,
-        error=str(exc),
+        error=storable_text(str(exc)),
         retry_later_deadline=deadline,
     )
 
 
 def _as_json(job: ClaimedJob, value: Any) -> str | None:
+    """Return ``value`` as JSON text, or an ``unstorable_result`` note saying why it cannot be.
+
+    The handler returned, so its side effects happened: the job succeeds either way.
+    """
     if value is None:
         return None
     try:
-        return json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        logger.warning(
-            "job result not stored, not JSON-serialisable job=%s task=%s type=%s",
-            job.id,
-            job.task_name,
-            type(value).__name__,
-        )
-        return None
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = "The result is not JSON-serialisable: %s." % exc
+    else:
+        if _JSON_NUL.search(text):
+            reason = "The result contains a NUL character (\\u0000), which PostgreSQL cannot store."
+        elif not _encodable(text):
+            reason = "The result contains text that is not valid Unicode (a surrogate code point)."
+        else:
+            return text
+    logger.warning("job result not stored job=%s task=%s reason=%s", job.id, job.task_name, reason)
+    return unstorable_result(reason)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, InterfaceError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 from scheduler_app import clock
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
@@ -39,6 +39,10 @@ from scheduler_app.worker.execution import ClaimedJob, Finish, execute, fail, ha
 logger = logging.getLogger("scheduler_app.worker")
 
 T = TypeVar("T")
+
+#: The errors that mean "the database is unreachable": the worker waits and reconnects.
+#: Any other database error is about the statement, and waiting would not help.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 #: After the first job finishes, wait up to this long for more to finish, so
 #: that recording outcomes and claiming again happen in batches, not per job.
@@ -245,9 +249,7 @@ class Worker:
         if not self._unflushed:
             return
         finishes = self._unflushed
-        accepted = self._with_db(
-            lambda: backend().finish_jobs([f.as_row() for f in finishes], worker=self.id)
-        )
+        accepted = self._with_db(lambda: self._record(finishes))
         if accepted is None:
             return  # the database is away; keep them and try again next turn
         self._unflushed = []
@@ -267,6 +269,54 @@ class Worker:
                 job_failed.send(
                     sender=Job, job_id=job.id, task_name=job.task_name, error=finish.error
                 )
+
+    def _record(self, finishes: list[Finish]) -> set[int]:
+        """Record outcomes in one statement; if the database refuses it, record them one by one.
+
+        Outcomes are made storable before they get here, so a refusal is a
+        surprise: it must cost only the outcome it concerns, never the batch.
+        """
+        try:
+            return backend().finish_jobs([f.as_row() for f in finishes], worker=self.id)
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError:
+            logger.exception(
+                "batched finish refused, recording outcomes one by one worker=%s outcomes=%s",
+                self.id,
+                len(finishes),
+            )
+        accepted: set[int] = set()
+        for finish in finishes:
+            accepted |= self._record_one(finish)
+        return accepted
+
+    def _record_one(self, finish: Finish) -> set[int]:
+        job = finish.job
+        try:
+            return backend().finish_jobs([finish.as_row()], worker=self.id)
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError as exc:
+            reason = "%s: %s" % (type(exc).__name__, exc)
+        logger.error(
+            "outcome refused by the database, recording it without its result and error text "
+            "job=%s task=%s error=%s",
+            job.id,
+            job.task_name,
+            reason,
+        )
+        try:
+            return backend().finish_jobs([finish.storable(reason).as_row()], worker=self.id)
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError:
+            logger.exception(
+                "outcome dropped, its lease will expire and the job will run again job=%s task=%s",
+                job.id,
+                job.task_name,
+            )
+            return set()
 
     def _side_duties(self) -> None:
         if self._listener is not None and not self._listener.is_alive() and not self.stopping:
@@ -416,12 +466,13 @@ class Worker:
     def _with_db(self, operation: Callable[[], T]) -> T | None:
         """Run a database operation; on a lost connection, reconnect next turn.
 
-        Raises WorkerFatal once the database has been unreachable for longer
-        than database_unavailable_timeout.
+        Only connection errors count as "database down"; any other error
+        propagates. Raises WorkerFatal once the database has been unreachable
+        for longer than database_unavailable_timeout.
         """
         try:
             result = operation()
-        except (DatabaseError, InterfaceError) as exc:
+        except CONNECTION_ERRORS as exc:
             connection.close()
             now = time.monotonic()
             if self._db_down_since is None:

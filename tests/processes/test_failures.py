@@ -79,13 +79,19 @@ def test_runworker_exits_nonzero_when_database_unreachable(start_worker):
             "runworker: error: argument --poll-interval: 'soon' is not a number",
         ),
         (
+            ["--worker-id", "w" * 201],
+            2,
+            "runworker: error: argument --worker-id: must be 1 to 200 characters without NUL, "
+            "got 201 characters",
+        ),
+        (
             ["--queue", "nope"],
             1,
             "CommandError: Unknown queue(s): nope. SCHEDULER_APP['QUEUES'] lists: "
             "default, emails, slow.",
         ),
     ],
-    ids=["concurrency-0", "poll-interval-not-a-number", "unknown-queue"],
+    ids=["concurrency-0", "poll-interval-not-a-number", "worker-id-too-long", "unknown-queue"],
 )
 def test_runworker_rejects_bad_options(args, status, message):
     """Bad options exit non-zero with a clear message, before touching the database."""

@@ -1,0 +1,155 @@
+"""A real in-process Worker under faults: outcomes the database cannot store,
+re-claims of its own running job, pauses, unknown tasks and hung handlers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pytest
+
+from scheduler_app import clock, schedule, task
+from scheduler_app.db import backend
+from scheduler_app.models import Job, JobAttempt
+from scheduler_app.worker.execution import ClaimedJob, Finish
+from scheduler_app.worker.loop import Worker, WorkerOptions
+from tests.helpers import running_worker, wait_for_status
+
+Status = Job.Status
+Outcome = JobAttempt.Outcome
+
+
+@task(name="tests.faults.returns")
+def returns(ctx):
+    if ctx.payload.get("kind") == "nul":
+        return {"text": "a\x00b"}
+    if ctx.payload.get("kind") == "surrogate":
+        return ["\ud800"]
+    if ctx.payload.get("kind") == "object":
+        return {"when": dt.date(2030, 1, 2)}
+    return {"ok": ctx.payload}
+
+
+#: Exception messages the database cannot store (a payload cannot carry them).
+MESSAGES = {"nul": "bad\x00byte", "surrogate": "bad \udc80 text"}
+
+
+@task(name="tests.faults.raises", max_attempts=1)
+def raises(ctx):
+    raise ValueError(MESSAGES[ctx.payload["kind"]])
+
+
+# --- 1. outcomes the database cannot store ----------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unstorable_results_and_errors_do_not_poison_the_batch(caplog):
+    """NUL bytes and lone surrogates in results or errors are recorded, cleaned; so is the rest."""
+    caplog.set_level(logging.WARNING, logger="scheduler_app")
+    jobs = {
+        "nul": schedule("tests.faults.returns", {"kind": "nul"}),
+        "surrogate": schedule("tests.faults.returns", {"kind": "surrogate"}),
+        "object": schedule("tests.faults.returns", {"kind": "object"}),
+        "plain": schedule("tests.faults.returns", {"kind": "plain"}),
+        "nul_error": schedule("tests.faults.raises", {"kind": "nul"}),
+        "surrogate_error": schedule("tests.faults.raises", {"kind": "surrogate"}),
+    }
+
+    with running_worker(concurrency=6) as worker:
+        for job in jobs.values():
+            wait_for_status(job, Status.SUCCEEDED, Status.FAILED, timeout=10)
+        # The worker records later outcomes as before.
+        after = wait_for_status(schedule("tests.faults.returns", {"n": 1}), Status.SUCCEEDED)
+        assert not worker.stopping
+
+    stored = {name: Job.objects.get(pk=job.pk) for name, job in jobs.items()}
+    assert {name: (j.status, j.attempts) for name, j in stored.items()} == {
+        "nul": ("succeeded", 1),
+        "surrogate": ("succeeded", 1),
+        "object": ("succeeded", 1),
+        "plain": ("succeeded", 1),
+        "nul_error": ("failed", 1),
+        "surrogate_error": ("failed", 1),
+    }
+    assert stored["nul"].result == {
+        "unstorable_result": "The result contains a NUL character (\\u0000), "
+        "which PostgreSQL cannot store."
+    }
+    assert stored["surrogate"].result == {
+        "unstorable_result": "The result contains text that is not valid Unicode "
+        "(a surrogate code point)."
+    }
+    assert stored["object"].result == {
+        "unstorable_result": "The result is not JSON-serialisable: "
+        "Object of type date is not JSON serializable."
+    }
+    assert stored["plain"].result == {"ok": {"kind": "plain"}}
+    assert stored["nul_error"].last_error.startswith("ValueError: bad\\x00byte\n\nTraceback")
+    assert stored["surrogate_error"].last_error.startswith(
+        "ValueError: bad \\udc80 text\n\nTraceback"
+    )
+    assert Job.objects.get(pk=after.pk).result == {"ok": {"n": 1}}
+    assert sorted(
+        JobAttempt.objects.filter(job_id__in=[j.pk for j in jobs.values()]).values_list(
+            "job_id", "outcome"
+        )
+    ) == sorted(
+        (job.pk, Outcome.FAILED if name.endswith("error") else Outcome.SUCCEEDED)
+        for name, job in jobs.items()
+    )
+    assert "database error" not in caplog.text
+    warnings = [r.getMessage() for r in caplog.records if "result not stored" in r.getMessage()]
+    assert sorted(warnings) == sorted(
+        "job result not stored job=%s task=tests.faults.returns reason=%s"
+        % (jobs[name].pk, stored[name].result["unstorable_result"])
+        for name in ("nul", "surrogate", "object")
+    )
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_outcome_costs_only_itself(caplog):
+    """If the batched FINISH is refused, outcomes are recorded one by one, the bad one cut down."""
+    good, bad = schedule("tests.faults.returns"), schedule("tests.faults.returns")
+    worker = Worker(
+        WorkerOptions(
+            queues=("default",),
+            concurrency=2,
+            batch_size=10,
+            poll_interval=0.05,
+            lease_seconds=10,
+            shutdown_timeout=5,
+            database_unavailable_timeout=10,
+            summary_interval=60,
+        )
+    )
+    now = clock.now()
+    rows = backend().claim_jobs(
+        worker=worker.id, queues=["default"], limit=2, now=now, lease=now + worker.options.lease
+    )
+    claimed = {row[0]: ClaimedJob.from_row(row, started_at=now) for row in rows}
+    # Built by hand: execute() would never let a NUL through.
+    worker._unflushed = [
+        Finish(job=claimed[good.pk], status="succeeded", outcome="succeeded", finished_at=now),
+        Finish(
+            job=claimed[bad.pk], status="failed", outcome="failed", finished_at=now, error="a\x00b"
+        ),
+    ]
+
+    worker._flush()
+
+    assert worker._unflushed == []
+    assert Job.objects.get(pk=good.pk).status == Status.SUCCEEDED
+    stored = Job.objects.get(pk=bad.pk)
+    assert stored.status == Status.FAILED
+    assert stored.last_error == (
+        "a\\x00b\n\n(The outcome could not be stored as it was: DataError: "
+        "PostgreSQL text fields cannot contain NUL (0x00) bytes)"
+    )
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        "batched finish refused, recording outcomes one by one worker=%s outcomes=2" % worker.id,
+        "outcome refused by the database, recording it without its result and error text "
+        "job=%s task=tests.faults.returns error=DataError: PostgreSQL text fields cannot "
+        "contain NUL (0x00) bytes" % bad.pk,
+    ]
