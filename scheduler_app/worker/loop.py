@@ -87,6 +87,9 @@ class _Running:
     deadline: float | None  # time.monotonic() after which the job has timed out
     timed_out: bool = False  # past its deadline; fails as a timeout whenever it returns
     finalised: bool = False  # handed back at shutdown: whatever it returns is discarded
+    # A newer claim of the same job (this attempt's lease was lost and the job
+    # rescued): it starts once this attempt ends, so the two never run at once.
+    next: ClaimedJob | None = None
 
 
 class Worker:
@@ -98,7 +101,9 @@ class Worker:
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._inbox: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
-        self._outbox: queue.SimpleQueue[tuple[int, Finish | BaseException]] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[ClaimedJob, Finish | BaseException]] = (
+            queue.SimpleQueue()
+        )
         self._running: dict[int, _Running] = {}
         # While the loop gathers finished jobs into a batch, executors wake it
         # only once this many are waiting (or BATCH_WINDOW passes).
@@ -206,14 +211,31 @@ class Worker:
             job = ClaimedJob.from_row(row, started_at=now)
             if self.stopping:
                 # The stop signal arrived while we were claiming: don't start it.
-                self._unflushed.append(
-                    hand_back(job, "Worker %s stopped before starting it." % self.id)
-                )
+                self._hand_back(job, "Worker %s stopped before starting it." % self.id)
                 continue
-            self._running[job.id] = _Running(job=job, deadline=self._deadline(job))
-            self._inbox.put(job)
+            earlier = self._running.get(job.id)
+            if earlier is not None:
+                logger.warning(
+                    "job claimed again while an earlier attempt still runs here, it starts when "
+                    "that attempt ends job=%s task=%s attempt=%s earlier_attempt=%s",
+                    job.id,
+                    job.task_name,
+                    job.attempt,
+                    earlier.job.attempt,
+                )
+                earlier.next = job
+                continue
+            self._start(job)
         self._counts["claimed"] += len(rows)
         return len(rows)
+
+    def _hand_back(self, job: ClaimedJob, reason: str) -> None:
+        self._unflushed.append(hand_back(job, reason))
+        self._counts["handed_back"] += 1
+
+    def _start(self, job: ClaimedJob) -> None:
+        self._running[job.id] = _Running(job=job, deadline=self._deadline(job))
+        self._inbox.put(job)
 
     def _deadline(self, job: ClaimedJob) -> float | None:
         try:
@@ -226,15 +248,21 @@ class Worker:
         """Take finished attempts from the executor threads."""
         while True:
             try:
-                job_id, outcome = self._outbox.get_nowait()
+                job, outcome = self._outbox.get_nowait()
             except queue.Empty:
                 return
-            running = self._running.pop(job_id)
+            running = self._running.pop(job.id)
+            if running.next is not None and not running.finalised:
+                # This attempt is stale (fencing refuses its outcome): its successor may start.
+                if self.stopping:
+                    self._hand_back(running.next, "Worker %s stopped before starting it." % self.id)
+                else:
+                    self._start(running.next)
             if running.finalised:
                 logger.warning(
                     "late completion discarded job=%s task=%s: it was handed back",
-                    job_id,
-                    running.job.task_name,
+                    job.id,
+                    job.task_name,
                 )
                 continue
             if isinstance(outcome, BaseException):
@@ -420,14 +448,11 @@ class Worker:
         for running in self._running.values():
             if not running.finalised:
                 running.finalised = True
-                self._unflushed.append(
-                    hand_back(
-                        running.job,
-                        "Worker %s stopped; the job did not finish within the %ss shutdown "
-                        "timeout and was handed back." % (self.id, self.options.shutdown_timeout),
-                    )
+                self._hand_back(
+                    running.next or running.job,
+                    "Worker %s stopped; the job did not finish within the %ss shutdown "
+                    "timeout and was handed back." % (self.id, self.options.shutdown_timeout),
                 )
-                self._counts["handed_back"] += 1
         self._flush()
         if self._unflushed:
             logger.error(
@@ -459,7 +484,7 @@ class Worker:
                 outcome: Finish | BaseException = execute(job, self._stopping.is_set)
             except BaseException as exc:
                 outcome = exc
-            self._outbox.put((job.id, outcome))
+            self._outbox.put((job, outcome))
             if not self._gathering or self._outbox.qsize() >= self._enough:
                 self._wake.set()
 

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 
 import pytest
 
 from scheduler_app import clock, schedule, task
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt
+from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob, Finish
 from scheduler_app.worker.loop import Worker, WorkerOptions
-from tests.helpers import running_worker, wait_for_status
+from tests.helpers import running_worker, wait_for_status, wait_until
 
+SECOND = dt.timedelta(seconds=1)
 Status = Job.Status
 Outcome = JobAttempt.Outcome
 
@@ -153,3 +156,66 @@ def test_a_refused_outcome_costs_only_itself(caplog):
         "job=%s task=tests.faults.returns error=DataError: PostgreSQL text fields cannot "
         "contain NUL (0x00) bytes" % bad.pk,
     ]
+
+
+# --- 2. a worker re-claims its own running job ------------------------------------------------
+
+BLOCKING = {"release": threading.Event(), "lock": threading.Lock(), "now": 0, "most": 0, "runs": 0}
+
+
+@task(name="tests.faults.blocking")
+def blocking(ctx):
+    """Count runs and how many run at once; wait until the test releases them."""
+    with BLOCKING["lock"]:
+        BLOCKING["runs"] += 1
+        BLOCKING["now"] += 1
+        BLOCKING["most"] = max(BLOCKING["most"], BLOCKING["now"])
+    try:
+        assert BLOCKING["release"].wait(20), "the test never released the handler"
+    finally:
+        with BLOCKING["lock"]:
+            BLOCKING["now"] -= 1
+    return "attempt %s" % ctx.attempt
+
+
+@pytest.fixture
+def blocking_handler():
+    BLOCKING.update(now=0, most=0, runs=0)
+    BLOCKING["release"].clear()
+    yield BLOCKING
+    BLOCKING["release"].set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reclaiming_its_own_running_job_waits_for_the_stale_attempt(blocking_handler, caplog):
+    """After a lost lease and a rescue, a re-claim never runs beside the stale attempt."""
+    caplog.set_level(logging.INFO, logger="scheduler_app")
+    job = schedule("tests.faults.blocking")
+    with running_worker(lease_seconds=60) as worker:
+        wait_until(lambda: blocking_handler["runs"] == 1, message="the first attempt to start")
+        # An outage longer than the lease: the lease expired and another worker rescued the job.
+        Job.objects.filter(pk=job.pk).update(lease_expires_at=clock.now() - SECOND)
+        assert leases.rescue_expired("tests.rescuer") == 1
+        wait_until(
+            lambda: Job.objects.filter(pk=job.pk, status=Status.RUNNING, attempts=2).exists(),
+            message="the worker to claim the job again",
+        )
+        assert blocking_handler["runs"] == 1
+        blocking_handler["release"].set()
+        stored = wait_for_status(job, Status.SUCCEEDED)
+        assert not worker.stopping
+
+    assert (blocking_handler["runs"], blocking_handler["most"]) == (2, 1)
+    assert (stored.attempts, stored.result) == (2, "attempt 2")
+    assert list(
+        JobAttempt.objects.filter(job_id=job.pk).order_by("id").values_list("attempt", "outcome")
+    ) == [(1, Outcome.LEASE_EXPIRED), (2, Outcome.SUCCEEDED)]
+    messages = [r.getMessage() for r in caplog.records]
+    assert (
+        "job claimed again while an earlier attempt still runs here, it starts when that "
+        "attempt ends job=%s task=tests.faults.blocking attempt=2 earlier_attempt=1" % job.pk
+    ) in messages
+    assert (
+        "stale completion discarded job=%s task=tests.faults.blocking attempt=1: lease lost, "
+        "the job was rescued or claimed again" % job.pk
+    ) in messages
