@@ -189,10 +189,17 @@ class Worker:
     def _free_slots(self) -> int:
         return self.options.concurrency - len(self._running)
 
+    def _claimable_queues(self) -> list[str]:
+        """Return the queues this worker may claim from under the kill switches."""
+        paused = self._paused
+        if paused.everything:
+            return []
+        return [q for q in self.options.queues if q not in paused.queues]
+
     def _claim(self, limit: int) -> int:
         paused = self._paused
-        queues = [q for q in self.options.queues if q not in paused.queues]
-        if paused.everything or not queues:
+        queues = self._claimable_queues()
+        if not queues:
             return 0
         now = clock.now()
         rows = self._with_db(
@@ -424,10 +431,18 @@ class Worker:
         return max(timeout, 0.0)
 
     def _next_due_in(self) -> float | None:
-        """Return seconds until the earliest pending job of our queues is due."""
+        """Return seconds until the earliest pending job this worker may claim is due.
+
+        Paused queues and tasks are left out: a due job behind a kill switch
+        must not make an idle worker poll without sleeping.
+        """
+        queues = self._claimable_queues()
+        if not queues:
+            return None
         run_at = (
             Job.objects.pending()
-            .filter(queue__in=self.options.queues)
+            .filter(queue__in=queues)
+            .exclude(task_name__in=self._paused.tasks)
             .order_by("run_at")
             .values_list("run_at", flat=True)
             .first()

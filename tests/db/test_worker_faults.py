@@ -7,10 +7,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 
 import pytest
+from django.db.backends.signals import connection_created
 
-from scheduler_app import clock, schedule, task
+from scheduler_app import clock, controls, schedule, task
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.worker import leases
@@ -219,3 +221,54 @@ def test_reclaiming_its_own_running_job_waits_for_the_stale_attempt(blocking_han
         "stale completion discarded job=%s task=tests.faults.blocking attempt=1: lease lost, "
         "the job was rescued or claimed again" % job.pk
     ) in messages
+
+
+# --- 3. an idle worker does not spin while things are paused ----------------------------------
+
+
+@pytest.fixture
+def worker_queries():
+    """Count the statements the in-process worker's own connection runs."""
+    counted: list[str] = []
+
+    def count(execute, sql, params, many, context):
+        counted.append(sql)
+        return execute(sql, params, many, context)
+
+    def install(sender, connection, **kwargs):
+        if threading.current_thread().name == "test-worker" and count not in (
+            connection.execute_wrappers
+        ):
+            connection.execute_wrappers.append(count)
+
+    connection_created.connect(install, dispatch_uid="tests.faults.worker_queries")
+    yield counted
+    connection_created.disconnect(dispatch_uid="tests.faults.worker_queries")
+
+
+@pytest.mark.parametrize(
+    ("scope", "target", "per_interval"),
+    [("global", "", 2), ("queue", "default", 2), ("task", "tests.faults.returns", 3)],
+    ids=["everything", "queue", "task"],
+)
+@pytest.mark.django_db(transaction=True)
+def test_idle_worker_does_not_spin_while_due_jobs_are_paused(
+    worker_queries, scope, target, per_interval
+):
+    """With its due jobs behind a kill switch, a worker makes a few queries per poll interval.
+
+    Two per interval when nothing can be claimed; with only a task paused, the
+    claim, the next-due look-up and the switches' refresh.
+    """
+    controls.pause(scope, target, reason="test")
+    jobs = [schedule("tests.faults.returns") for _ in range(3)]
+    poll_interval, window = 0.1, 1.0
+
+    with running_worker(poll_interval=poll_interval):
+        wait_until(lambda: worker_queries, message="the worker's first queries")
+        before = len(worker_queries)
+        time.sleep(window)  # measuring a rate over a window, not waiting for an event
+        made = len(worker_queries) - before
+
+    assert made <= per_interval * window / poll_interval, worker_queries[before:][:10]
+    assert Job.objects.filter(pk__in=[j.pk for j in jobs], status=Status.PENDING).count() == 3
