@@ -19,6 +19,7 @@ POSITIVE_NUMBERS = (
     "SUMMARY_INTERVAL",
 )
 POSITIVE_INTEGERS = ("CONCURRENCY", "CLAIM_BATCH_SIZE", "DEFAULT_MAX_ATTEMPTS")
+NON_NEGATIVE_NUMBERS = ("UNDO_SAFETY_MARGIN", "UNKNOWN_TASK_GRACE")
 
 
 @register(Tags.compatibility)
@@ -63,14 +64,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                     "SCHEDULER_APP[%r] must be a positive integer." % name, id="scheduler_app.E004"
                 )
             )
-    margin = app_settings.UNDO_SAFETY_MARGIN
-    if isinstance(margin, bool) or not isinstance(margin, int | float) or margin < 0:
-        errors.append(
-            Error(
-                "SCHEDULER_APP['UNDO_SAFETY_MARGIN'] must be a number >= 0.",
-                id="scheduler_app.E005",
+    for name in NON_NEGATIVE_NUMBERS:
+        value = getattr(app_settings, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            errors.append(
+                Error("SCHEDULER_APP[%r] must be a number >= 0." % name, id="scheduler_app.E005")
             )
-        )
     return errors
 
 

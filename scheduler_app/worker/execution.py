@@ -18,7 +18,8 @@ from typing import Any
 from django.db import close_old_connections
 
 from scheduler_app import clock
-from scheduler_app.exceptions import RetryLater, SchedulerError
+from scheduler_app.conf import app_settings
+from scheduler_app.exceptions import RetryLater, SchedulerError, UnknownTask
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.registry import JobContext, TaskSpec, get_task
 
@@ -26,6 +27,9 @@ logger = logging.getLogger("scheduler_app.worker")
 
 Status = Job.Status
 Outcome = JobAttempt.Outcome
+
+#: How soon a job of a task this worker does not know is looked at again.
+UNKNOWN_TASK_RECHECK = dt.timedelta(seconds=10)
 
 #: A NUL escape in JSON text: ``\\u0000`` preceded by an even number of backslashes.
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -149,9 +153,12 @@ def execute(job: ClaimedJob, should_stop: Callable[[], bool] | None = None) -> F
     """Run ``job``'s handler in this thread and return how the attempt ended."""
     try:
         spec = get_task(job.task_name)
+    except UnknownTask as exc:
+        return _unknown_task(job, exc)
+    try:
         spec.check_payload_version(job.payload_version)
     except SchedulerError as exc:
-        # Scheduled by other code (renamed task, newer payload): retrying cannot help.
+        # Scheduled by newer code: retrying on this worker cannot help.
         return fail(job, exc, retryable=False, with_traceback=False)
     try:
         value = spec(job.context(should_stop))
@@ -215,6 +222,46 @@ def hand_back(job: ClaimedJob, reason: str) -> Finish:
         finished_at=clock.now(),
         refund=1,
         error=reason,
+    )
+
+
+def _unknown_task(job: ClaimedJob, exc: UnknownTask) -> Finish:
+    """Hand the job back for a worker that knows its task, until the grace has passed.
+
+    During a rolling deploy an old worker may claim a new task's job. The
+    grace runs from ``scheduled_for``, which hand-backs do not move, so it
+    ends the same however often the job comes back.
+    """
+    now = clock.now()
+    grace = app_settings.UNKNOWN_TASK_GRACE
+    grace_ends = job.scheduled_for + dt.timedelta(seconds=grace)
+    if now >= grace_ends:
+        final = UnknownTask(
+            "No task is registered as %r, and no worker that knows it ran the job within "
+            "UNKNOWN_TASK_GRACE (%gs) of its scheduled time %s."
+            % (job.task_name, grace, job.scheduled_for.isoformat())
+        )
+        return fail(job, final, retryable=False, with_traceback=False)
+    run_at = min(now + UNKNOWN_TASK_RECHECK, grace_ends)
+    logger.warning(
+        "job handed back, unknown task job=%s task=%s retry_at=%s grace_ends=%s",
+        job.id,
+        job.task_name,
+        run_at.isoformat(),
+        grace_ends.isoformat(),
+    )
+    return Finish(
+        job=job,
+        status=Status.PENDING,
+        outcome=Outcome.DEFERRED,
+        finished_at=now,
+        run_at=run_at,
+        refund=1,
+        error=storable_text(
+            "UnknownTask: %s Handed back for a worker that knows it; it fails if none has run "
+            "it by %s (UNKNOWN_TASK_GRACE after its scheduled time)."
+            % (exc, grace_ends.isoformat())
+        ),
     )
 
 

@@ -272,3 +272,80 @@ def test_idle_worker_does_not_spin_while_due_jobs_are_paused(
 
     assert made <= per_interval * window / poll_interval, worker_queries[before:][:10]
     assert Job.objects.filter(pk__in=[j.pk for j in jobs], status=Status.PENDING).count() == 3
+
+
+# --- 6(a). a task this worker does not know ---------------------------------------------------
+
+GRACE = dt.timedelta(seconds=3600)
+
+
+def unknown_job(scheduled_for: dt.datetime) -> Job:
+    """Create a due job of a task no worker of this test suite knows (a newer deploy's)."""
+    return Job.objects.create(
+        task_name="tests.faults.from_a_newer_deploy",
+        scheduled_for=scheduled_for,
+        run_at=scheduled_for,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unknown_task_is_handed_back_until_its_grace_has_passed(caplog):
+    """A job of an unknown task goes back for a worker that knows it; it fails only after grace."""
+    caplog.set_level(logging.INFO, logger="scheduler_app")
+    now = clock.now()
+    fresh = unknown_job(now)
+    nearly = unknown_job(now - GRACE + 5 * SECOND)
+    old = unknown_job(now - GRACE - SECOND)
+
+    with running_worker():
+        stored = {
+            job.pk: wait_until(
+                lambda job=job: (
+                    Job.objects.filter(pk=job.pk, attempt_history__isnull=False)
+                    .exclude(status=Status.RUNNING)
+                    .first()
+                ),
+                message="job %s to be handed back or failed" % job.pk,
+            )
+            for job in (fresh, nearly, old)
+        }
+
+    handed_back = "UnknownTask: No task is registered as 'tests.faults.from_a_newer_deploy'."
+    for job in (fresh, nearly):
+        row = stored[job.pk]
+        [attempt] = JobAttempt.objects.filter(job_id=job.pk)
+        assert (row.status, row.attempts, row.scheduled_for) == (
+            Status.PENDING,
+            0,
+            job.scheduled_for,
+        )
+        assert (attempt.attempt, attempt.outcome) == (1, Outcome.DEFERRED)
+        assert (
+            row.last_error
+            == attempt.error
+            == (
+                "%s Handed back for a worker that knows it; it fails if none has run it by %s "
+                "(UNKNOWN_TASK_GRACE after its scheduled time)."
+                % (handed_back, (job.scheduled_for + GRACE).isoformat())
+            )
+        )
+    # Looked at again shortly, but never after the grace ends.
+    fresh_row = stored[fresh.pk]
+    assert fresh_row.run_at - fresh_row.attempt_history.get().finished_at == 10 * SECOND
+    assert stored[nearly.pk].run_at == nearly.scheduled_for + GRACE
+
+    old_row = stored[old.pk]
+    assert (old_row.status, old_row.attempts) == (Status.FAILED, 1)
+    assert old_row.last_error == (
+        "UnknownTask: No task is registered as 'tests.faults.from_a_newer_deploy', and no "
+        "worker that knows it ran the job within UNKNOWN_TASK_GRACE (3600s) of its scheduled "
+        "time %s." % old.scheduled_for.isoformat()
+    )
+    assert list(JobAttempt.objects.filter(job_id=old.pk).values_list("outcome", flat=True)) == [
+        Outcome.FAILED
+    ]
+    assert (
+        "job handed back, unknown task job=%s task=tests.faults.from_a_newer_deploy "
+        "retry_at=%s grace_ends=%s"
+        % (fresh.pk, fresh_row.run_at.isoformat(), (fresh.scheduled_for + GRACE).isoformat())
+    ) in [r.getMessage() for r in caplog.records]
