@@ -82,6 +82,20 @@ def default_worker_id() -> str:
 
 
 @dataclasses.dataclass(slots=True)
+class Duty:
+    """A periodic side duty of the worker loop: ``run()`` every ``interval()`` seconds.
+
+    ``interval`` is a callable so a duty can add jitter. Duties run on the
+    loop's thread; lease renewal has its own thread, so no duty can delay it.
+    """
+
+    name: str
+    interval: Callable[[], float]
+    run: Callable[[], object]
+    next_at: float = 0.0  # time.monotonic(); 0: at the first turn
+
+
+@dataclasses.dataclass(slots=True)
 class _Running:
     job: ClaimedJob
     deadline: float | None  # time.monotonic() after which the job has timed out
@@ -113,14 +127,31 @@ class Worker:
         self._counts: Counter[str] = Counter()
         self._threads: list[threading.Thread] = []
         self._listener: threading.Thread | None = None
+        self._renewer: threading.Thread | None = None
+        self._renewer_stop = threading.Event()
         self._db_down_since: float | None = None
-        now = time.monotonic()
-        self._next_renew = now + options.lease_seconds / 3
-        self._next_rescue = now
-        self._next_summary = now + options.summary_interval
-        self._next_schedule_tick = now
-        self._next_controls = now
         self._paused = PausedScopes()
+        lease = options.lease_seconds
+        self._duties = [
+            Duty(name="kill switches", interval=lambda: CONTROL_REFRESH, run=self._read_controls),
+            # Jitter so that many workers don't all rescue in the same instant.
+            Duty(
+                name="rescue",
+                interval=lambda: lease / 2 * random.uniform(0.5, 1.5),
+                run=lambda: self._with_db(lambda: leases.rescue_expired(self.id)),
+            ),
+            Duty(
+                name="summary",
+                interval=lambda: options.summary_interval,
+                run=self._log_summary,
+                next_at=time.monotonic() + options.summary_interval,
+            ),
+        ]
+        if options.scheduler_interval is not None:
+            interval = options.scheduler_interval
+            self._duties.append(
+                Duty(name="scheduler", interval=lambda: interval, run=self._tick_schedules)
+            )
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -153,8 +184,10 @@ class Worker:
         finally:
             for _ in self._threads:
                 self._inbox.put(None)
-            if self._listener is not None:
-                self._listener.join(timeout=5)
+            self._renewer_stop.set()
+            for thread in (self._listener, self._renewer):
+                if thread is not None:
+                    thread.join(timeout=5)
             self._log_summary()
             connection.close()
         logger.info("worker stopped worker=%s", self.id)
@@ -354,37 +387,52 @@ class Worker:
             return set()
 
     def _side_duties(self) -> None:
-        if self._listener is not None and not self._listener.is_alive() and not self.stopping:
-            raise WorkerFatal("The LISTEN thread died; see the traceback above.")
+        for name, thread in (("LISTEN", self._listener), ("lease renewal", self._renewer)):
+            if thread is not None and not thread.is_alive() and not self.stopping:
+                raise WorkerFatal("The %s thread died; see the traceback above." % name)
         now = time.monotonic()
         self._expire_timeouts(now)
-        if now >= self._next_controls:
-            self._next_controls = now + CONTROL_REFRESH
-            paused = self._with_db(paused_scopes)
-            if paused is not None and paused != self._paused:
-                logger.info(
-                    "kill switches changed worker=%s everything=%s queues=%s tasks=%s",
-                    self.id,
-                    paused.everything,
-                    ",".join(sorted(paused.queues)),
-                    ",".join(sorted(paused.tasks)),
-                )
-                self._paused = paused
-        if now >= self._next_renew:
-            self._next_renew = now + self.options.lease_seconds / 3
-            ids = [job_id for job_id, r in self._running.items() if not r.finalised]
-            self._with_db(lambda: leases.renew(self.id, ids, self.options.lease))
-        if now >= self._next_rescue:
-            # Jitter so that many workers don't all rescue in the same instant.
-            self._next_rescue = now + self.options.lease_seconds / 2 * random.uniform(0.5, 1.5)
-            self._with_db(lambda: leases.rescue_expired(self.id))
-        if now >= self._next_summary:
-            self._next_summary = now + self.options.summary_interval
-            self._log_summary()
-        interval = self.options.scheduler_interval
-        if interval is not None and now >= self._next_schedule_tick and not self.stopping:
-            self._next_schedule_tick = now + interval
+        for duty in self._duties:
+            if now >= duty.next_at:
+                duty.next_at = now + duty.interval()
+                duty.run()
+
+    def _read_controls(self) -> None:
+        paused = self._with_db(paused_scopes)
+        if paused is not None and paused != self._paused:
+            logger.info(
+                "kill switches changed worker=%s everything=%s queues=%s tasks=%s",
+                self.id,
+                paused.everything,
+                ",".join(sorted(paused.queues)),
+                ",".join(sorted(paused.tasks)),
+            )
+            self._paused = paused
+
+    def _tick_schedules(self) -> None:
+        if not self.stopping:
             self._with_db(enqueue_due_occurrences)
+
+    def _renew_forever(self) -> None:
+        """Renew our leases every third of the lease, on this thread's own connection.
+
+        Its own thread, so that a slow side duty (a scheduler tick waiting on a
+        lock) cannot cost a running job its lease.
+        """
+        try:
+            while not self._renewer_stop.wait(self.options.lease_seconds / 3):
+                # A copy made in C, atomic under the GIL: the loop changes _running meanwhile.
+                running = self._running.copy()
+                ids = [job_id for job_id, r in running.items() if not r.finalised]
+                try:
+                    leases.renew(self.id, ids, self.options.lease)
+                except CONNECTION_ERRORS as exc:
+                    logger.warning(
+                        "lease renewal failed, will retry worker=%s error=%s", self.id, exc
+                    )
+                    connection.close()
+        finally:
+            connection.close()
 
     def _expire_timeouts(self, now: float) -> None:
         """Mark jobs past their task's timeout; each fails as a timeout when it returns.
@@ -414,9 +462,9 @@ class Worker:
         )
 
     def _sleep_time(self, *, idle: bool) -> float:
-        timeout = min(self.options.poll_interval, CONTROL_REFRESH)
-        if self.options.scheduler_interval is not None:
-            timeout = min(timeout, max(self._next_schedule_tick - time.monotonic(), 0))
+        timeout = min(
+            self.options.poll_interval, *(d.next_at - time.monotonic() for d in self._duties)
+        )
         if self._listener is not None:
             next_run_at = self._listener.pop_next_run_at()  # type: ignore[attr-defined]
             if next_run_at is not None:
@@ -489,6 +537,10 @@ class Worker:
 
             self._listener = Listener(self.options.queues, self._wake, self._stopping)
             self._listener.start()
+        self._renewer = threading.Thread(
+            target=self._renew_forever, name="scheduler-leases", daemon=True
+        )
+        self._renewer.start()
 
     def _execute_forever(self) -> None:
         while True:

@@ -10,11 +10,13 @@ import threading
 import time
 
 import pytest
+from django.db import connection as db_connection
+from django.db import transaction
 from django.db.backends.signals import connection_created
 
 from scheduler_app import clock, controls, schedule, task
 from scheduler_app.db import backend
-from scheduler_app.models import Job, JobAttempt
+from scheduler_app.models import Job, JobAttempt, Schedule
 from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob, Finish
 from scheduler_app.worker.loop import Worker, WorkerOptions
@@ -349,3 +351,63 @@ def test_unknown_task_is_handed_back_until_its_grace_has_passed(caplog):
         "retry_at=%s grace_ends=%s"
         % (fresh.pk, fresh_row.run_at.isoformat(), (fresh.scheduled_for + GRACE).isoformat())
     ) in [r.getMessage() for r in caplog.records]
+
+
+# --- side duties: a slow scheduler tick cannot cost a running job its lease -------------------
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_slow_scheduler_tick_does_not_delay_lease_renewal(blocking_handler):
+    """While the scheduler tick waits on a row lock for twice the lease, leases stay renewed."""
+    lease = 1.5
+    # Due shortly after the job starts, once the test holds its row lock.
+    Schedule.objects.create(
+        name="faults-slow-tick",
+        task_name="tests.faults.returns",
+        cron="* * * * *",
+        next_run_at=clock.now() + 2 * SECOND,
+    )
+    job = schedule("tests.faults.blocking")
+    locked, unlock = threading.Event(), threading.Event()
+
+    def hold_the_schedule_row():
+        try:
+            with transaction.atomic():
+                list(Schedule.objects.select_for_update().filter(name="faults-slow-tick"))
+                locked.set()
+                unlock.wait(20)
+        finally:
+            db_connection.close()
+
+    holder = threading.Thread(target=hold_the_schedule_row)
+    with running_worker(lease_seconds=lease, scheduler_interval=0.05) as worker:
+        wait_until(lambda: blocking_handler["runs"] == 1, message="the job to start")
+        holder.start()
+        try:
+            assert locked.wait(10)
+            wait_until(tick_is_waiting_on_a_lock, message="the scheduler tick to block")
+            stalled_until = time.monotonic() + 2 * lease
+            while time.monotonic() < stalled_until:
+                row = Job.objects.get(pk=job.pk)
+                assert row.status == Status.RUNNING and row.lease_expires_at > clock.now(), (
+                    "lease expired at %s during the stalled tick" % row.lease_expires_at
+                )
+                time.sleep(0.05)  # sampling the lease, not waiting for an event
+        finally:
+            unlock.set()
+            holder.join(10)
+        blocking_handler["release"].set()
+        stored = wait_for_status(job, Status.SUCCEEDED)
+        assert not worker.stopping
+
+    assert stored.attempts == 1
+    assert list(JobAttempt.objects.filter(job_id=job.pk).values_list("outcome", flat=True)) == [
+        Outcome.SUCCEEDED
+    ]
+
+
+def tick_is_waiting_on_a_lock() -> bool:
+    with db_connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        return cursor.fetchone()[0] > 0
