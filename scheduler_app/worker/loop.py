@@ -33,7 +33,7 @@ from scheduler_app.registry import get_task
 from scheduler_app.schedules.declared import sync_declared_schedules
 from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
 from scheduler_app.signals import job_failed
-from scheduler_app.worker import leases
+from scheduler_app.worker import holds, leases
 from scheduler_app.worker.execution import ClaimedJob, Finish, execute, fail, hand_back
 
 logger = logging.getLogger("scheduler_app.worker")
@@ -69,6 +69,8 @@ class WorkerOptions:
     summary_interval: float
     #: Seconds between looks for due schedule occurrences; None: this worker never does.
     scheduler_interval: float | None = None
+    #: Seconds past its timeout after which a handler's thread is abandoned (see _abandon).
+    timeout_grace: float = 10.0
     worker_id: str = dataclasses.field(default_factory=lambda: default_worker_id())
 
     @property
@@ -101,6 +103,10 @@ class _Running:
     deadline: float | None  # time.monotonic() after which the job has timed out
     timed_out: bool = False  # past its deadline; fails as a timeout whenever it returns
     finalised: bool = False  # handed back at shutdown: whatever it returns is discarded
+    returned: bool = False  # the handler returned (set by its thread, under Worker._lock)
+    abandoned: bool = False  # given up on: its outcome is recorded, its thread runs on
+    held: ClaimedJob | None = None  # the claim whose row is held while the thread runs
+    retry_at: dt.datetime | None = None  # when the held job may run once the thread ends
     # A newer claim of the same job (this attempt's lease was lost and the job
     # rescued): it starts once this attempt ends, so the two never run at once.
     next: ClaimedJob | None = None
@@ -114,11 +120,15 @@ class Worker:
         self.id = options.worker_id
         self._stopping = threading.Event()
         self._wake = threading.Event()
-        self._inbox: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
-        self._outbox: queue.SimpleQueue[tuple[ClaimedJob, Finish | BaseException]] = (
+        self._inbox: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[_Running, Finish | BaseException]] = (
             queue.SimpleQueue()
         )
         self._running: dict[int, _Running] = {}
+        # Attempts whose thread was abandoned (see _abandon) and still runs.
+        self._abandoned: list[_Running] = []
+        self._lock = threading.Lock()  # between a thread returning and _abandon giving up on it
+        self._fatal: str | None = None
         # While the loop gathers finished jobs into a batch, executors wake it
         # only once this many are waiting (or BATCH_WINDOW passes).
         self._enough = max(1, min(options.concurrency, options.batch_size) // 2)
@@ -191,6 +201,8 @@ class Worker:
             self._log_summary()
             connection.close()
         logger.info("worker stopped worker=%s", self.id)
+        if self._fatal is not None:
+            raise WorkerFatal(self._fatal)
 
     # -- one turn of the loop ----------------------------------------------
 
@@ -253,6 +265,18 @@ class Worker:
                 # The stop signal arrived while we were claiming: don't start it.
                 self._hand_back(job, "Worker %s stopped before starting it." % self.id)
                 continue
+            stuck = next((r for r in self._abandoned if r.job.id == job.id), None)
+            if stuck is not None:
+                # Its hold lapsed (the database was away for a lease): hold it again.
+                logger.warning(
+                    "job claimed again while an abandoned attempt still runs here, handed back "
+                    "job=%s task=%s attempt=%s",
+                    job.id,
+                    job.task_name,
+                    job.attempt,
+                )
+                self._hold(stuck, hand_back(job, self._held_reason()))
+                continue
             earlier = self._running.get(job.id)
             if earlier is not None:
                 logger.warning(
@@ -274,8 +298,9 @@ class Worker:
         self._counts["handed_back"] += 1
 
     def _start(self, job: ClaimedJob) -> None:
-        self._running[job.id] = _Running(job=job, deadline=self._deadline(job))
-        self._inbox.put(job)
+        running = _Running(job=job, deadline=self._deadline(job))
+        self._running[job.id] = running
+        self._inbox.put(running)
 
     def _deadline(self, job: ClaimedJob) -> float | None:
         try:
@@ -288,10 +313,14 @@ class Worker:
         """Take finished attempts from the executor threads."""
         while True:
             try:
-                job, outcome = self._outbox.get_nowait()
+                running, outcome = self._outbox.get_nowait()
             except queue.Empty:
                 return
-            running = self._running.pop(job.id)
+            if running.abandoned:
+                self._end_abandoned(running)
+                continue
+            job = running.job
+            del self._running[job.id]
             if running.next is not None and not running.finalised:
                 # This attempt is stale (fencing refuses its outcome): its successor may start.
                 if self.stopping:
@@ -424,8 +453,10 @@ class Worker:
                 # A copy made in C, atomic under the GIL: the loop changes _running meanwhile.
                 running = self._running.copy()
                 ids = [job_id for job_id, r in running.items() if not r.finalised]
+                held = [(r.held.id, r.held.lease_token) for r in list(self._abandoned) if r.held]
                 try:
                     leases.renew(self.id, ids, self.options.lease)
+                    holds.extend(held, clock.now() + self.options.lease)
                 except CONNECTION_ERRORS as exc:
                     logger.warning(
                         "lease renewal failed, will retry worker=%s error=%s", self.id, exc
@@ -440,23 +471,104 @@ class Worker:
         A thread cannot be interrupted, so the job keeps its slot and its
         lease until the handler returns: a retry never runs beside it.
         """
-        for running in self._running.values():
-            if running.timed_out or running.deadline is None or now < running.deadline:
+        for running in list(self._running.values()):
+            if running.deadline is None or now < running.deadline:
                 continue
-            running.timed_out = True
-            job = running.job
-            logger.warning(
-                "job timed out, its attempt will fail when the handler returns "
-                "job=%s task=%s attempt=%s",
-                job.id,
-                job.task_name,
-                job.attempt,
+            if not running.timed_out:
+                running.timed_out = True
+                job = running.job
+                logger.warning(
+                    "job timed out, its attempt will fail when the handler returns "
+                    "job=%s task=%s attempt=%s",
+                    job.id,
+                    job.task_name,
+                    job.attempt,
+                )
+            if now >= running.deadline + self.options.timeout_grace:
+                self._abandon(running)
+
+    def _abandon(self, running: _Running) -> None:
+        """Give up on a handler still running past its timeout plus grace.
+
+        A thread cannot be killed, so it runs on, and a new thread takes its
+        place. The attempt is recorded under the timeout rule; a retry is held
+        (see holds) until the thread ends, so it never runs beside it. More
+        abandoned threads than CONCURRENCY stop the worker with WorkerFatal.
+        """
+        with self._lock:
+            if running.returned:
+                return  # it just returned: its outcome waits in the outbox
+            running.abandoned = True
+        job = running.job
+        del self._running[job.id]
+        self._abandoned.append(running)
+        self._start_executor()
+        self._counts["abandoned"] += 1
+        logger.error(
+            "job abandoned, its handler did not return within its timeout plus grace; the thread "
+            "runs on and the job is held until it ends job=%s task=%s attempt=%s timeout=%ss "
+            "grace=%ss abandoned_threads=%s",
+            job.id,
+            job.task_name,
+            job.attempt,
+            get_task(job.task_name).timeout.total_seconds(),  # type: ignore[union-attr]
+            self.options.timeout_grace,
+            len(self._abandoned),
+        )
+        if running.next is None:
+            self._hold(running, self._timeout_failure(job, abandoned=True))
+        else:
+            self._hold(running, hand_back(running.next, self._held_reason()))
+        if len(self._abandoned) > self.options.concurrency and self._fatal is None:
+            self._fatal = (
+                "%s handler threads did not return after their timeout (more than the "
+                "concurrency, %s); restart the worker."
+                % (len(self._abandoned), self.options.concurrency)
+            )
+            logger.error("stopping: %s worker=%s", self._fatal, self.id)
+            self.stop()
+
+    def _held_reason(self) -> str:
+        return (
+            "Worker %s handed it back: an abandoned attempt of this job still runs there; "
+            "it is held until that ends." % self.id
+        )
+
+    def _hold(self, running: _Running, finish: Finish) -> None:
+        """Record ``finish``; if the job runs again, hold it while ``running``'s thread lives."""
+        if finish.status == Job.Status.PENDING:
+            running.held = finish.job
+            running.retry_at = finish.run_at or finish.finished_at
+            finish = dataclasses.replace(
+                finish, run_at=max(running.retry_at, clock.now() + self.options.lease)
+            )
+        self._unflushed.append(finish)
+
+    def _end_abandoned(self, running: _Running) -> None:
+        """An abandoned thread returned: discard its outcome, let its held job run."""
+        self._abandoned.remove(running)
+        job = running.job
+        logger.warning(
+            "abandoned handler returned, its outcome is discarded job=%s task=%s attempt=%s",
+            job.id,
+            job.task_name,
+            job.attempt,
+        )
+        held, retry_at = running.held, running.retry_at
+        if held is not None and retry_at is not None:
+            self._with_db(
+                lambda: holds.release(held.id, held.lease_token, max(retry_at, clock.now()))
             )
 
-    def _timeout_failure(self, job: ClaimedJob) -> Finish:
+    def _timeout_failure(self, job: ClaimedJob, *, abandoned: bool = False) -> Finish:
         spec = get_task(job.task_name)
         assert spec.timeout is not None
-        exc = JobTimeout("Job ran longer than its %ss timeout." % spec.timeout.total_seconds())
+        message = "Job ran longer than its %ss timeout" % spec.timeout.total_seconds()
+        if abandoned:
+            message += " and did not return within a further %ss; its thread was abandoned" % (
+                self.options.timeout_grace
+            )
+        exc = JobTimeout(message + ".")
         return fail(
             job, exc, retryable=spec.retry.should_retry(exc), spec=spec, with_traceback=False
         )
@@ -473,7 +585,12 @@ class Worker:
             next_due = self._with_db(self._next_due_in)
             if next_due is not None:
                 timeout = min(timeout, next_due)
-        deadlines = [r.deadline for r in self._running.values() if r.deadline and not r.timed_out]
+        grace = self.options.timeout_grace
+        deadlines = [
+            r.deadline + (grace if r.timed_out else 0)
+            for r in self._running.values()
+            if r.deadline is not None
+        ]
         if deadlines:
             timeout = min(timeout, max(min(deadlines) - time.monotonic(), 0))
         return max(timeout, 0.0)
@@ -526,12 +643,8 @@ class Worker:
     # -- helpers -------------------------------------------------------------
 
     def _start_threads(self) -> None:
-        for number in range(self.options.concurrency):
-            thread = threading.Thread(
-                target=self._execute_forever, name="scheduler-exec-%s" % number, daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+        for _ in range(self.options.concurrency):
+            self._start_executor()
         if connection.vendor == "postgresql":
             from scheduler_app.worker.wakeup import Listener
 
@@ -542,18 +655,32 @@ class Worker:
         )
         self._renewer.start()
 
+    def _start_executor(self) -> None:
+        thread = threading.Thread(
+            target=self._execute_forever,
+            name="scheduler-exec-%s" % len(self._threads),
+            daemon=True,
+        )
+        thread.start()
+        self._threads.append(thread)
+
     def _execute_forever(self) -> None:
         while True:
-            job = self._inbox.get()
-            if job is None:
+            running = self._inbox.get()
+            if running is None:
                 return
             try:
-                outcome: Finish | BaseException = execute(job, self._stopping.is_set)
+                outcome: Finish | BaseException = execute(running.job, self._stopping.is_set)
             except BaseException as exc:
                 outcome = exc
-            self._outbox.put((job, outcome))
+            with self._lock:
+                running.returned = True
+                abandoned = running.abandoned
+            self._outbox.put((running, outcome))
             if not self._gathering or self._outbox.qsize() >= self._enough:
                 self._wake.set()
+            if abandoned:
+                return  # another thread took this one's place when it was abandoned
 
     def _with_db(self, operation: Callable[[], T]) -> T | None:
         """Run a database operation; on a lost connection, reconnect next turn.
@@ -592,7 +719,7 @@ class Worker:
         counts, self._counts = self._counts, Counter()
         logger.info(
             "worker summary worker=%s claimed=%s succeeded=%s failed=%s retried=%s deferred=%s "
-            "handed_back=%s running=%s",
+            "handed_back=%s abandoned=%s running=%s",
             self.id,
             counts["claimed"],
             counts["succeeded"],
@@ -600,5 +727,6 @@ class Worker:
             counts["retried"],
             counts["deferred"],
             counts["handed_back"],
+            counts["abandoned"],
             len(self._running),
         )

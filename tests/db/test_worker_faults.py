@@ -14,12 +14,12 @@ from django.db import connection as db_connection
 from django.db import transaction
 from django.db.backends.signals import connection_created
 
-from scheduler_app import clock, controls, schedule, task
+from scheduler_app import RetryPolicy, clock, controls, schedule, task
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt, Schedule
 from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob, Finish
-from scheduler_app.worker.loop import Worker, WorkerOptions
+from scheduler_app.worker.loop import Worker, WorkerFatal, WorkerOptions
 from tests.helpers import running_worker, wait_for_status, wait_until
 
 SECOND = dt.timedelta(seconds=1)
@@ -411,3 +411,84 @@ def tick_is_waiting_on_a_lock() -> bool:
     with db_connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
         return cursor.fetchone()[0] > 0
+
+
+# --- 8. a handler that never returns ----------------------------------------------------------
+
+FAST = RetryPolicy(base=dt.timedelta(milliseconds=10), cap=dt.timedelta(milliseconds=20))
+
+
+@task(name="tests.faults.hangs", timeout=0.1, max_attempts=2, retry=FAST)
+def hangs(ctx):
+    return blocking(ctx)
+
+
+@task(name="tests.faults.hangs_once", timeout=0.1, max_attempts=1)
+def hangs_once(ctx):
+    return blocking(ctx)
+
+
+ABANDONED = (
+    "JobTimeout: Job ran longer than its 0.1s timeout and did not return within a further "
+    "0.2s; its thread was abandoned."
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hung_handler_is_abandoned_and_its_retry_waits_for_the_thread(blocking_handler, caplog):
+    """After timeout plus grace the attempt is recorded; the retry waits until the thread ends."""
+    caplog.set_level(logging.INFO, logger="scheduler_app")
+    lease = 1.0
+    job = schedule("tests.faults.hangs")
+    with running_worker(lease_seconds=lease, timeout_grace=0.2) as worker:
+        wait_until(
+            lambda: JobAttempt.objects.filter(job_id=job.pk).exists(),
+            message="the hung attempt to be recorded",
+        )
+        # The thread still runs: however long it takes, the retry does not start.
+        held_until = time.monotonic() + 2 * lease
+        while time.monotonic() < held_until:
+            row = Job.objects.get(pk=job.pk)
+            assert (row.status, row.attempts) == (Status.PENDING, 1)
+            assert row.run_at > clock.now(), "the hold lapsed at %s" % row.run_at
+            time.sleep(0.05)  # sampling the row, not waiting for an event
+        assert blocking_handler["runs"] == 1
+        blocking_handler["release"].set()
+        stored = wait_for_status(job, Status.SUCCEEDED)
+        assert not worker.stopping
+
+    assert (blocking_handler["runs"], blocking_handler["most"]) == (2, 1)
+    assert (stored.attempts, stored.result) == (2, "attempt 2")
+    assert list(
+        JobAttempt.objects.filter(job_id=job.pk).order_by("id").values_list("outcome", "error")
+    ) == [(Outcome.RETRIED, ABANDONED), (Outcome.SUCCEEDED, "")]
+    messages = [r.getMessage() for r in caplog.records]
+    assert (
+        "job abandoned, its handler did not return within its timeout plus grace; the thread "
+        "runs on and the job is held until it ends job=%s task=tests.faults.hangs attempt=1 "
+        "timeout=0.1s grace=0.2s abandoned_threads=1" % job.pk
+    ) in messages
+    assert (
+        "abandoned handler returned, its outcome is discarded job=%s task=tests.faults.hangs "
+        "attempt=1" % job.pk
+    ) in messages
+
+
+@pytest.mark.django_db(transaction=True)
+def test_more_abandoned_threads_than_concurrency_stop_the_worker(blocking_handler, caplog):
+    """Past CONCURRENCY abandoned threads the worker stops with WorkerFatal (runworker exits 1)."""
+    jobs = [schedule("tests.faults.hangs_once") for _ in range(2)]
+
+    with (
+        pytest.raises(WorkerFatal) as raised,
+        running_worker(concurrency=1, timeout_grace=0.2) as worker,
+    ):
+        wait_until(lambda: worker.stopping, message="the worker to give up")
+
+    assert str(raised.value) == (
+        "2 handler threads did not return after their timeout (more than the concurrency, 1); "
+        "restart the worker."
+    )
+    assert [Job.objects.get(pk=j.pk).status for j in jobs] == [Status.FAILED, Status.FAILED]
+    assert {Job.objects.get(pk=j.pk).last_error for j in jobs} == {ABANDONED}
+    assert blocking_handler["runs"] == 2
