@@ -260,38 +260,41 @@ class Worker:
         if not rows:
             return 0
         for row in rows:
-            job = ClaimedJob.from_row(row, started_at=now)
-            if self.stopping:
-                # The stop signal arrived while we were claiming: don't start it.
-                self._hand_back(job, "Worker %s stopped before starting it." % self.id)
-                continue
-            stuck = next((r for r in self._abandoned if r.job.id == job.id), None)
-            if stuck is not None:
-                # Its hold lapsed (the database was away for a lease): hold it again.
-                logger.warning(
-                    "job claimed again while an abandoned attempt still runs here, handed back "
-                    "job=%s task=%s attempt=%s",
-                    job.id,
-                    job.task_name,
-                    job.attempt,
-                )
-                self._hold(stuck, hand_back(job, self._held_reason()))
-                continue
-            earlier = self._running.get(job.id)
-            if earlier is not None:
-                logger.warning(
-                    "job claimed again while an earlier attempt still runs here, it starts when "
-                    "that attempt ends job=%s task=%s attempt=%s earlier_attempt=%s",
-                    job.id,
-                    job.task_name,
-                    job.attempt,
-                    earlier.job.attempt,
-                )
-                earlier.next = job
-                continue
-            self._start(job)
+            self._take(ClaimedJob.from_row(row, started_at=now))
         self._counts["claimed"] += len(rows)
         return len(rows)
+
+    def _take(self, job: ClaimedJob) -> None:
+        """Start a job just claimed, unless an earlier attempt of it still runs here."""
+        if self.stopping:
+            # The stop signal arrived while we were claiming: don't start it.
+            self._hand_back(job, "Worker %s stopped before starting it." % self.id)
+            return
+        stuck = next((r for r in self._abandoned if r.job.id == job.id), None)
+        if stuck is not None:
+            # Its hold lapsed (the database was away for a lease): hold it again.
+            logger.warning(
+                "job claimed again while an abandoned attempt still runs here, handed back "
+                "job=%s task=%s attempt=%s",
+                job.id,
+                job.task_name,
+                job.attempt,
+            )
+            self._hold(stuck, hand_back(job, self._held_reason()))
+            return
+        earlier = self._running.get(job.id)
+        if earlier is not None:
+            logger.warning(
+                "job claimed again while an earlier attempt still runs here, it starts when "
+                "that attempt ends job=%s task=%s attempt=%s earlier_attempt=%s",
+                job.id,
+                job.task_name,
+                job.attempt,
+                earlier.job.attempt,
+            )
+            earlier.next = job
+            return
+        self._start(job)
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
         self._unflushed.append(hand_back(job, reason))
