@@ -22,6 +22,8 @@ POSITIVE_NUMBERS = (
 POSITIVE_INTEGERS = ("CONCURRENCY", "CLAIM_BATCH_SIZE", "DEFAULT_MAX_ATTEMPTS")
 DOMAIN_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
 
+NON_NEGATIVE_NUMBERS = ("UNDO_SAFETY_MARGIN", "UNKNOWN_TASK_GRACE")
+
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
@@ -65,14 +67,12 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                     "SCHEDULER_APP[%r] must be a positive integer." % name, id="scheduler_app.E004"
                 )
             )
-    margin = app_settings.UNDO_SAFETY_MARGIN
-    if isinstance(margin, bool) or not isinstance(margin, int | float) or margin < 0:
-        errors.append(
-            Error(
-                "SCHEDULER_APP['UNDO_SAFETY_MARGIN'] must be a number >= 0.",
-                id="scheduler_app.E005",
+    for name in NON_NEGATIVE_NUMBERS:
+        value = getattr(app_settings, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            errors.append(
+                Error("SCHEDULER_APP[%r] must be a number >= 0." % name, id="scheduler_app.E005")
             )
-        )
     errors.extend(_check_message_id_domain())
 
     version = app_settings.SCHEDULES_VERSION

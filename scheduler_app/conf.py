@@ -63,6 +63,9 @@ DEFAULTS: dict[str, Any] = {
     # Task defaults, overridable per task in @task(...).
     "DEFAULT_MAX_ATTEMPTS": 3,
     "DEFAULT_TIMEOUT": None,
+    # Seconds after its scheduled time during which a job of a task a worker does not
+    # know (a newer deploy's) is handed back for another worker; then it fails.
+    "UNKNOWN_TASK_GRACE": 3600.0,
 }
 
 

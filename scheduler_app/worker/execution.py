@@ -10,6 +10,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import re
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +18,8 @@ from typing import Any
 from django.db import close_old_connections
 
 from scheduler_app import clock
-from scheduler_app.exceptions import RetryLater, SchedulerError
+from scheduler_app.conf import app_settings
+from scheduler_app.exceptions import RetryLater, SchedulerError, UnknownTask
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.registry import JobContext, TaskSpec, get_task
 
@@ -25,6 +27,12 @@ logger = logging.getLogger("scheduler_app.worker")
 
 Status = Job.Status
 Outcome = JobAttempt.Outcome
+
+#: How soon a job of a task this worker does not know is looked at again.
+UNKNOWN_TASK_RECHECK = dt.timedelta(seconds=10)
+
+#: A NUL escape in JSON text: ``\\u0000`` preceded by an even number of backslashes.
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -121,14 +129,36 @@ class Finish:
             job.started_at,
         )
 
+    def storable(self, reason: str) -> Finish:
+        """Return this outcome with its result and error cut down to what any database stores."""
+        note = "(The outcome could not be stored as it was: %s)" % reason
+        return dataclasses.replace(
+            self,
+            result=None if self.result is None else unstorable_result(reason),
+            error=storable_text("%s\n\n%s" % (self.error[:1000], note) if self.error else ""),
+        )
+
+
+def storable_text(text: str) -> str:
+    """Return ``text`` with what PostgreSQL text cannot hold (NUL, lone surrogates) escaped."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def unstorable_result(reason: str) -> str:
+    """Return the JSON recorded instead of a result the database cannot store."""
+    return json.dumps({"unstorable_result": storable_text(reason)})
+
 
 def execute(job: ClaimedJob, should_stop: Callable[[], bool] | None = None) -> Finish:
     """Run ``job``'s handler in this thread and return how the attempt ended."""
     try:
         spec = get_task(job.task_name)
+    except UnknownTask as exc:
+        return _unknown_task(job, exc)
+    try:
         spec.check_payload_version(job.payload_version)
     except SchedulerError as exc:
-        # Scheduled by other code (renamed task, newer payload): retrying cannot help.
+        # Scheduled by newer code: retrying on this worker cannot help.
         return fail(job, exc, retryable=False, with_traceback=False)
     try:
         value = spec(job.context(should_stop))
@@ -160,6 +190,7 @@ def fail(
     error = "%s: %s" % (type(exc).__name__, exc)
     if with_traceback:
         error += "\n\n" + "".join(traceback.format_exception(exc)).rstrip()
+    error = storable_text(error)
     if retryable and spec is not None and job.attempt < job.max_attempts:
         return Finish(
             job=job,
@@ -194,6 +225,46 @@ def hand_back(job: ClaimedJob, reason: str) -> Finish:
     )
 
 
+def _unknown_task(job: ClaimedJob, exc: UnknownTask) -> Finish:
+    """Hand the job back for a worker that knows its task, until the grace has passed.
+
+    During a rolling deploy an old worker may claim a new task's job. The
+    grace runs from ``scheduled_for``, which hand-backs do not move, so it
+    ends the same however often the job comes back.
+    """
+    now = clock.now()
+    grace = app_settings.UNKNOWN_TASK_GRACE
+    grace_ends = job.scheduled_for + dt.timedelta(seconds=grace)
+    if now >= grace_ends:
+        final = UnknownTask(
+            "No task is registered as %r, and no worker that knows it ran the job within "
+            "UNKNOWN_TASK_GRACE (%gs) of its scheduled time %s."
+            % (job.task_name, grace, job.scheduled_for.isoformat())
+        )
+        return fail(job, final, retryable=False, with_traceback=False)
+    run_at = min(now + UNKNOWN_TASK_RECHECK, grace_ends)
+    logger.warning(
+        "job handed back, unknown task job=%s task=%s retry_at=%s grace_ends=%s",
+        job.id,
+        job.task_name,
+        run_at.isoformat(),
+        grace_ends.isoformat(),
+    )
+    return Finish(
+        job=job,
+        status=Status.PENDING,
+        outcome=Outcome.DEFERRED,
+        finished_at=now,
+        run_at=run_at,
+        refund=1,
+        error=storable_text(
+            "UnknownTask: %s Handed back for a worker that knows it; it fails if none has run "
+            "it by %s (UNKNOWN_TASK_GRACE after its scheduled time)."
+            % (exc, grace_ends.isoformat())
+        ),
+    )
+
+
 def _retry_later(job: ClaimedJob, spec: TaskSpec, exc: RetryLater) -> Finish:
     now = clock.now()
     deadline = job.retry_later_deadline or now + spec.retry.retry_later_budget
@@ -211,21 +282,36 @@ def _retry_later(job: ClaimedJob, spec: TaskSpec, exc: RetryLater) -> Finish:
         finished_at=now,
         run_at=run_at,
         refund=1,
-        error=str(exc),
+        error=storable_text(str(exc)),
         retry_later_deadline=deadline,
     )
 
 
 def _as_json(job: ClaimedJob, value: Any) -> str | None:
+    """Return ``value`` as JSON text, or an ``unstorable_result`` note saying why it cannot be.
+
+    The handler returned, so its side effects happened: the job succeeds either way.
+    """
     if value is None:
         return None
     try:
-        return json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError):
-        logger.warning(
-            "job result not stored, not JSON-serialisable job=%s task=%s type=%s",
-            job.id,
-            job.task_name,
-            type(value).__name__,
-        )
-        return None
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = "The result is not JSON-serialisable: %s." % exc
+    else:
+        if _JSON_NUL.search(text):
+            reason = "The result contains a NUL character (\\u0000), which PostgreSQL cannot store."
+        elif not _encodable(text):
+            reason = "The result contains text that is not valid Unicode (a surrogate code point)."
+        else:
+            return text
+    logger.warning("job result not stored job=%s task=%s reason=%s", job.id, job.task_name, reason)
+    return unstorable_result(reason)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -22,11 +22,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, InterfaceError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db.models import F
 
 from scheduler_app import clock
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
-from scheduler_app.db import backend
+from scheduler_app.db import DatabaseNow, backend
 from scheduler_app.exceptions import JobTimeout, SchedulerError, UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import get_task
@@ -34,12 +35,16 @@ from scheduler_app.schedules.declared import sync_declared_schedules
 from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
 from scheduler_app.sends.sweeper import revive_stranded_batches
 from scheduler_app.signals import job_failed
-from scheduler_app.worker import leases
+from scheduler_app.worker import holds, leases
 from scheduler_app.worker.execution import ClaimedJob, Finish, execute, fail, hand_back
 
 logger = logging.getLogger("scheduler_app.worker")
 
 T = TypeVar("T")
+
+#: The errors that mean "the database is unreachable": the worker waits and reconnects.
+#: Any other database error is about the statement, and waiting would not help.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 #: After the first job finishes, wait up to this long for more to finish, so
 #: that recording outcomes and claiming again happen in batches, not per job.
@@ -66,6 +71,8 @@ class WorkerOptions:
     summary_interval: float
     #: Seconds between looks for due schedule occurrences; None: this worker never does.
     scheduler_interval: float | None = None
+    #: Seconds past its timeout after which a handler's thread is abandoned (see _abandon).
+    timeout_grace: float = 10.0
     worker_id: str = dataclasses.field(default_factory=lambda: default_worker_id())
 
     @property
@@ -79,11 +86,32 @@ def default_worker_id() -> str:
 
 
 @dataclasses.dataclass(slots=True)
+class Duty:
+    """A periodic side duty of the worker loop: ``run()`` every ``interval()`` seconds.
+
+    ``interval`` is a callable so a duty can add jitter. Duties run on the
+    loop's thread; lease renewal has its own thread, so no duty can delay it.
+    """
+
+    name: str
+    interval: Callable[[], float]
+    run: Callable[[], object]
+    next_at: float = 0.0  # time.monotonic(); 0: at the first turn
+
+
+@dataclasses.dataclass(slots=True)
 class _Running:
     job: ClaimedJob
     deadline: float | None  # time.monotonic() after which the job has timed out
     timed_out: bool = False  # past its deadline; fails as a timeout whenever it returns
     finalised: bool = False  # handed back at shutdown: whatever it returns is discarded
+    returned: bool = False  # the handler returned (set by its thread, under Worker._lock)
+    abandoned: bool = False  # given up on: its outcome is recorded, its thread runs on
+    held: ClaimedJob | None = None  # the claim whose row is held while the thread runs
+    retry_at: dt.datetime | None = None  # when the held job may run once the thread ends
+    # A newer claim of the same job (this attempt's lease was lost and the job
+    # rescued): it starts once this attempt ends, so the two never run at once.
+    next: ClaimedJob | None = None
 
 
 class Worker:
@@ -94,9 +122,15 @@ class Worker:
         self.id = options.worker_id
         self._stopping = threading.Event()
         self._wake = threading.Event()
-        self._inbox: queue.SimpleQueue[ClaimedJob | None] = queue.SimpleQueue()
-        self._outbox: queue.SimpleQueue[tuple[int, Finish | BaseException]] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[_Running, Finish | BaseException]] = (
+            queue.SimpleQueue()
+        )
         self._running: dict[int, _Running] = {}
+        # Attempts whose thread was abandoned (see _abandon) and still runs.
+        self._abandoned: list[_Running] = []
+        self._lock = threading.Lock()  # between a thread returning and _abandon giving up on it
+        self._fatal: str | None = None
         # While the loop gathers finished jobs into a batch, executors wake it
         # only once this many are waiting (or BATCH_WINDOW passes).
         self._enough = max(1, min(options.concurrency, options.batch_size) // 2)
@@ -105,15 +139,36 @@ class Worker:
         self._counts: Counter[str] = Counter()
         self._threads: list[threading.Thread] = []
         self._listener: threading.Thread | None = None
+        self._renewer: threading.Thread | None = None
+        self._renewer_stop = threading.Event()
         self._db_down_since: float | None = None
-        now = time.monotonic()
-        self._next_renew = now + options.lease_seconds / 3
-        self._next_rescue = now
-        self._next_sweep = now
-        self._next_summary = now + options.summary_interval
-        self._next_schedule_tick = now
-        self._next_controls = now
         self._paused = PausedScopes()
+        lease = options.lease_seconds
+        self._duties = [
+            Duty(name="kill switches", interval=lambda: CONTROL_REFRESH, run=self._read_controls),
+            # Jitter so that many workers don't all rescue in the same instant.
+            Duty(
+                name="rescue",
+                interval=lambda: lease / 2 * random.uniform(0.5, 1.5),
+                run=lambda: self._with_db(lambda: leases.rescue_expired(self.id)),
+            ),
+            Duty(
+                name="send sweeper",
+                interval=lambda: lease * random.uniform(0.5, 1.5),
+                run=lambda: self._with_db(revive_stranded_batches),
+            ),
+            Duty(
+                name="summary",
+                interval=lambda: options.summary_interval,
+                run=self._log_summary,
+                next_at=time.monotonic() + options.summary_interval,
+            ),
+        ]
+        if options.scheduler_interval is not None:
+            interval = options.scheduler_interval
+            self._duties.append(
+                Duty(name="scheduler", interval=lambda: interval, run=self._tick_schedules)
+            )
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -146,11 +201,15 @@ class Worker:
         finally:
             for _ in self._threads:
                 self._inbox.put(None)
-            if self._listener is not None:
-                self._listener.join(timeout=5)
+            self._renewer_stop.set()
+            for thread in (self._listener, self._renewer):
+                if thread is not None:
+                    thread.join(timeout=5)
             self._log_summary()
             connection.close()
         logger.info("worker stopped worker=%s", self.id)
+        if self._fatal is not None:
+            raise WorkerFatal(self._fatal)
 
     # -- one turn of the loop ----------------------------------------------
 
@@ -182,10 +241,17 @@ class Worker:
     def _free_slots(self) -> int:
         return self.options.concurrency - len(self._running)
 
+    def _claimable_queues(self) -> list[str]:
+        """Return the queues this worker may claim from under the kill switches."""
+        paused = self._paused
+        if paused.everything:
+            return []
+        return [q for q in self.options.queues if q not in paused.queues]
+
     def _claim(self, limit: int) -> int:
         paused = self._paused
-        queues = [q for q in self.options.queues if q not in paused.queues]
-        if paused.everything or not queues:
+        queues = self._claimable_queues()
+        if not queues:
             return 0
         now = clock.now()
         rows = self._with_db(
@@ -201,17 +267,50 @@ class Worker:
         if not rows:
             return 0
         for row in rows:
-            job = ClaimedJob.from_row(row, started_at=now)
-            if self.stopping:
-                # The stop signal arrived while we were claiming: don't start it.
-                self._unflushed.append(
-                    hand_back(job, "Worker %s stopped before starting it." % self.id)
-                )
-                continue
-            self._running[job.id] = _Running(job=job, deadline=self._deadline(job))
-            self._inbox.put(job)
+            self._take(ClaimedJob.from_row(row, started_at=now))
         self._counts["claimed"] += len(rows)
         return len(rows)
+
+    def _take(self, job: ClaimedJob) -> None:
+        """Start a job just claimed, unless an earlier attempt of it still runs here."""
+        if self.stopping:
+            # The stop signal arrived while we were claiming: don't start it.
+            self._hand_back(job, "Worker %s stopped before starting it." % self.id)
+            return
+        stuck = next((r for r in self._abandoned if r.job.id == job.id), None)
+        if stuck is not None:
+            # Its hold lapsed (the database was away for a lease): hold it again.
+            logger.warning(
+                "job claimed again while an abandoned attempt still runs here, handed back "
+                "job=%s task=%s attempt=%s",
+                job.id,
+                job.task_name,
+                job.attempt,
+            )
+            self._hold(stuck, hand_back(job, self._held_reason()))
+            return
+        earlier = self._running.get(job.id)
+        if earlier is not None:
+            logger.warning(
+                "job claimed again while an earlier attempt still runs here, it starts when "
+                "that attempt ends job=%s task=%s attempt=%s earlier_attempt=%s",
+                job.id,
+                job.task_name,
+                job.attempt,
+                earlier.job.attempt,
+            )
+            earlier.next = job
+            return
+        self._start(job)
+
+    def _hand_back(self, job: ClaimedJob, reason: str) -> None:
+        self._unflushed.append(hand_back(job, reason))
+        self._counts["handed_back"] += 1
+
+    def _start(self, job: ClaimedJob) -> None:
+        running = _Running(job=job, deadline=self._deadline(job))
+        self._running[job.id] = running
+        self._inbox.put(running)
 
     def _deadline(self, job: ClaimedJob) -> float | None:
         try:
@@ -224,15 +323,25 @@ class Worker:
         """Take finished attempts from the executor threads."""
         while True:
             try:
-                job_id, outcome = self._outbox.get_nowait()
+                running, outcome = self._outbox.get_nowait()
             except queue.Empty:
                 return
-            running = self._running.pop(job_id)
+            if running.abandoned:
+                self._end_abandoned(running)
+                continue
+            job = running.job
+            del self._running[job.id]
+            if running.next is not None and not running.finalised:
+                # This attempt is stale (fencing refuses its outcome): its successor may start.
+                if self.stopping:
+                    self._hand_back(running.next, "Worker %s stopped before starting it." % self.id)
+                else:
+                    self._start(running.next)
             if running.finalised:
                 logger.warning(
                     "late completion discarded job=%s task=%s: it was handed back",
-                    job_id,
-                    running.job.task_name,
+                    job.id,
+                    job.task_name,
                 )
                 continue
             if isinstance(outcome, BaseException):
@@ -247,9 +356,7 @@ class Worker:
         if not self._unflushed:
             return
         finishes = self._unflushed
-        accepted = self._with_db(
-            lambda: backend().finish_jobs([f.as_row() for f in finishes], worker=self.id)
-        )
+        accepted = self._with_db(lambda: self._record(finishes))
         if accepted is None:
             return  # the database is away; keep them and try again next turn
         self._unflushed = []
@@ -270,41 +377,103 @@ class Worker:
                     sender=Job, job_id=job.id, task_name=job.task_name, error=finish.error
                 )
 
+    def _record(self, finishes: list[Finish]) -> set[int]:
+        """Record outcomes in one statement; if the database refuses it, record them one by one.
+
+        Outcomes are made storable before they get here, so a refusal is a
+        surprise: it must cost only the outcome it concerns, never the batch.
+        """
+        try:
+            return backend().finish_jobs([f.as_row() for f in finishes], worker=self.id)
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError:
+            logger.exception(
+                "batched finish refused, recording outcomes one by one worker=%s outcomes=%s",
+                self.id,
+                len(finishes),
+            )
+        accepted: set[int] = set()
+        for finish in finishes:
+            accepted |= self._record_one(finish)
+        return accepted
+
+    def _record_one(self, finish: Finish) -> set[int]:
+        job = finish.job
+        try:
+            return backend().finish_jobs([finish.as_row()], worker=self.id)
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError as exc:
+            reason = "%s: %s" % (type(exc).__name__, exc)
+        logger.error(
+            "outcome refused by the database, recording it without its result and error text "
+            "job=%s task=%s error=%s",
+            job.id,
+            job.task_name,
+            reason,
+        )
+        try:
+            return backend().finish_jobs([finish.storable(reason).as_row()], worker=self.id)
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError:
+            logger.exception(
+                "outcome dropped, its lease will expire and the job will run again job=%s task=%s",
+                job.id,
+                job.task_name,
+            )
+            return set()
+
     def _side_duties(self) -> None:
-        if self._listener is not None and not self._listener.is_alive() and not self.stopping:
-            raise WorkerFatal("The LISTEN thread died; see the traceback above.")
+        for name, thread in (("LISTEN", self._listener), ("lease renewal", self._renewer)):
+            if thread is not None and not thread.is_alive() and not self.stopping:
+                raise WorkerFatal("The %s thread died; see the traceback above." % name)
         now = time.monotonic()
         self._expire_timeouts(now)
-        if now >= self._next_controls:
-            self._next_controls = now + CONTROL_REFRESH
-            paused = self._with_db(paused_scopes)
-            if paused is not None and paused != self._paused:
-                logger.info(
-                    "kill switches changed worker=%s everything=%s queues=%s tasks=%s",
-                    self.id,
-                    paused.everything,
-                    ",".join(sorted(paused.queues)),
-                    ",".join(sorted(paused.tasks)),
-                )
-                self._paused = paused
-        if now >= self._next_renew:
-            self._next_renew = now + self.options.lease_seconds / 3
-            ids = [job_id for job_id, r in self._running.items() if not r.finalised]
-            self._with_db(lambda: leases.renew(self.id, ids, self.options.lease))
-        if now >= self._next_rescue:
-            # Jitter so that many workers don't all rescue in the same instant.
-            self._next_rescue = now + self.options.lease_seconds / 2 * random.uniform(0.5, 1.5)
-            self._with_db(lambda: leases.rescue_expired(self.id))
-        if now >= self._next_sweep:
-            self._next_sweep = now + self.options.lease_seconds * random.uniform(0.5, 1.5)
-            self._with_db(revive_stranded_batches)
-        if now >= self._next_summary:
-            self._next_summary = now + self.options.summary_interval
-            self._log_summary()
-        interval = self.options.scheduler_interval
-        if interval is not None and now >= self._next_schedule_tick and not self.stopping:
-            self._next_schedule_tick = now + interval
+        for duty in self._duties:
+            if now >= duty.next_at:
+                duty.next_at = now + duty.interval()
+                duty.run()
+
+    def _read_controls(self) -> None:
+        paused = self._with_db(paused_scopes)
+        if paused is not None and paused != self._paused:
+            logger.info(
+                "kill switches changed worker=%s everything=%s queues=%s tasks=%s",
+                self.id,
+                paused.everything,
+                ",".join(sorted(paused.queues)),
+                ",".join(sorted(paused.tasks)),
+            )
+            self._paused = paused
+
+    def _tick_schedules(self) -> None:
+        if not self.stopping:
             self._with_db(enqueue_due_occurrences)
+
+    def _renew_forever(self) -> None:
+        """Renew our leases every third of the lease, on this thread's own connection.
+
+        Its own thread, so that a slow side duty (a scheduler tick waiting on a
+        lock) cannot cost a running job its lease.
+        """
+        try:
+            while not self._renewer_stop.wait(self.options.lease_seconds / 3):
+                # A copy made in C, atomic under the GIL: the loop changes _running meanwhile.
+                running = self._running.copy()
+                ids = [job_id for job_id, r in running.items() if not r.finalised]
+                held = [(r.held.id, r.held.lease_token) for r in list(self._abandoned) if r.held]
+                try:
+                    leases.renew(self.id, ids, self.options.lease)
+                    holds.extend(held, self.options.lease)
+                except CONNECTION_ERRORS as exc:
+                    logger.warning(
+                        "lease renewal failed, will retry worker=%s error=%s", self.id, exc
+                    )
+                    connection.close()
+        finally:
+            connection.close()
 
     def _expire_timeouts(self, now: float) -> None:
         """Mark jobs past their task's timeout; each fails as a timeout when it returns.
@@ -312,31 +481,112 @@ class Worker:
         A thread cannot be interrupted, so the job keeps its slot and its
         lease until the handler returns: a retry never runs beside it.
         """
-        for running in self._running.values():
-            if running.timed_out or running.deadline is None or now < running.deadline:
+        for running in list(self._running.values()):
+            if running.deadline is None or now < running.deadline:
                 continue
-            running.timed_out = True
-            job = running.job
-            logger.warning(
-                "job timed out, its attempt will fail when the handler returns "
-                "job=%s task=%s attempt=%s",
-                job.id,
-                job.task_name,
-                job.attempt,
+            if not running.timed_out:
+                running.timed_out = True
+                job = running.job
+                logger.warning(
+                    "job timed out, its attempt will fail when the handler returns "
+                    "job=%s task=%s attempt=%s",
+                    job.id,
+                    job.task_name,
+                    job.attempt,
+                )
+            if now >= running.deadline + self.options.timeout_grace:
+                self._abandon(running)
+
+    def _abandon(self, running: _Running) -> None:
+        """Give up on a handler still running past its timeout plus grace.
+
+        A thread cannot be killed, so it runs on, and a new thread takes its
+        place. The attempt is recorded under the timeout rule; a retry is held
+        (see holds) until the thread ends, so it never runs beside it. More
+        abandoned threads than CONCURRENCY stop the worker with WorkerFatal.
+        """
+        with self._lock:
+            if running.returned:
+                return  # it just returned: its outcome waits in the outbox
+            running.abandoned = True
+        job = running.job
+        del self._running[job.id]
+        self._abandoned.append(running)
+        self._start_executor()
+        self._counts["abandoned"] += 1
+        logger.error(
+            "job abandoned, its handler did not return within its timeout plus grace; the thread "
+            "runs on and the job is held until it ends job=%s task=%s attempt=%s timeout=%ss "
+            "grace=%ss abandoned_threads=%s",
+            job.id,
+            job.task_name,
+            job.attempt,
+            get_task(job.task_name).timeout.total_seconds(),  # type: ignore[union-attr]
+            self.options.timeout_grace,
+            len(self._abandoned),
+        )
+        if running.next is None:
+            self._hold(running, self._timeout_failure(job, abandoned=True))
+        else:
+            self._hold(running, hand_back(running.next, self._held_reason()))
+        if len(self._abandoned) > self.options.concurrency and self._fatal is None:
+            self._fatal = (
+                "%s handler threads did not return after their timeout (more than the "
+                "concurrency, %s); restart the worker."
+                % (len(self._abandoned), self.options.concurrency)
+            )
+            logger.error("stopping: %s worker=%s", self._fatal, self.id)
+            self.stop()
+
+    def _held_reason(self) -> str:
+        return (
+            "Worker %s handed it back: an abandoned attempt of this job still runs there; "
+            "it is held until that ends." % self.id
+        )
+
+    def _hold(self, running: _Running, finish: Finish) -> None:
+        """Record ``finish``; if the job runs again, hold it while ``running``'s thread lives."""
+        if finish.status == Job.Status.PENDING:
+            running.held = finish.job
+            running.retry_at = finish.run_at or finish.finished_at
+            finish = dataclasses.replace(
+                finish, run_at=max(running.retry_at, clock.now() + self.options.lease)
+            )
+        self._unflushed.append(finish)
+
+    def _end_abandoned(self, running: _Running) -> None:
+        """An abandoned thread returned: discard its outcome, let its held job run."""
+        self._abandoned.remove(running)
+        job = running.job
+        logger.warning(
+            "abandoned handler returned, its outcome is discarded job=%s task=%s attempt=%s",
+            job.id,
+            job.task_name,
+            job.attempt,
+        )
+        held, retry_at = running.held, running.retry_at
+        if held is not None and retry_at is not None:
+            self._with_db(
+                lambda: holds.release(held.id, held.lease_token, max(retry_at, clock.now()))
             )
 
-    def _timeout_failure(self, job: ClaimedJob) -> Finish:
+    def _timeout_failure(self, job: ClaimedJob, *, abandoned: bool = False) -> Finish:
         spec = get_task(job.task_name)
         assert spec.timeout is not None
-        exc = JobTimeout("Job ran longer than its %ss timeout." % spec.timeout.total_seconds())
+        message = "Job ran longer than its %ss timeout" % spec.timeout.total_seconds()
+        if abandoned:
+            message += " and did not return within a further %ss; its thread was abandoned" % (
+                self.options.timeout_grace
+            )
+        exc = JobTimeout(message + ".")
         return fail(
             job, exc, retryable=spec.retry.should_retry(exc), spec=spec, with_traceback=False
         )
 
     def _sleep_time(self, *, idle: bool) -> float:
-        timeout = min(self.options.poll_interval, CONTROL_REFRESH)
-        if self.options.scheduler_interval is not None:
-            timeout = min(timeout, max(self._next_schedule_tick - time.monotonic(), 0))
+        timeout = min(
+            self.options.poll_interval, *(d.next_at - time.monotonic() for d in self._duties)
+        )
         if self._listener is not None:
             next_run_at = self._listener.pop_next_run_at()  # type: ignore[attr-defined]
             if next_run_at is not None:
@@ -345,21 +595,37 @@ class Worker:
             next_due = self._with_db(self._next_due_in)
             if next_due is not None:
                 timeout = min(timeout, next_due)
-        deadlines = [r.deadline for r in self._running.values() if r.deadline and not r.timed_out]
+        grace = self.options.timeout_grace
+        deadlines = [
+            r.deadline + (grace if r.timed_out else 0)
+            for r in self._running.values()
+            if r.deadline is not None
+        ]
         if deadlines:
             timeout = min(timeout, max(min(deadlines) - time.monotonic(), 0))
         return max(timeout, 0.0)
 
     def _next_due_in(self) -> float | None:
-        """Return seconds until the earliest pending job of our queues is due."""
-        run_at = (
+        """Return seconds until the earliest pending job this worker may claim is due.
+
+        Paused queues and tasks are left out: a due job behind a kill switch
+        must not make an idle worker poll without sleeping.
+        """
+        queues = self._claimable_queues()
+        if not queues:
+            return None
+        # Measured against the database's clock, which claims compare run_at with: a host
+        # whose clock runs ahead must not poll without sleeping until the job is due.
+        wait = (
             Job.objects.pending()
-            .filter(queue__in=self.options.queues)
+            .filter(queue__in=queues)
+            .exclude(task_name__in=self._paused.tasks)
             .order_by("run_at")
-            .values_list("run_at", flat=True)
+            .annotate(wait=F("run_at") - DatabaseNow())
+            .values_list("wait", flat=True)
             .first()
         )
-        return None if run_at is None else max((run_at - clock.now()).total_seconds(), 0)
+        return None if wait is None else max(wait.total_seconds(), 0)
 
     def _drain(self) -> None:
         """After stop(): wait for running jobs up to the shutdown timeout, hand back the rest."""
@@ -375,14 +641,11 @@ class Worker:
         for running in self._running.values():
             if not running.finalised:
                 running.finalised = True
-                self._unflushed.append(
-                    hand_back(
-                        running.job,
-                        "Worker %s stopped; the job did not finish within the %ss shutdown "
-                        "timeout and was handed back." % (self.id, self.options.shutdown_timeout),
-                    )
+                self._hand_back(
+                    running.next or running.job,
+                    "Worker %s stopped; the job did not finish within the %ss shutdown "
+                    "timeout and was handed back." % (self.id, self.options.shutdown_timeout),
                 )
-                self._counts["handed_back"] += 1
         self._flush()
         if self._unflushed:
             logger.error(
@@ -393,40 +656,55 @@ class Worker:
     # -- helpers -------------------------------------------------------------
 
     def _start_threads(self) -> None:
-        for number in range(self.options.concurrency):
-            thread = threading.Thread(
-                target=self._execute_forever, name="scheduler-exec-%s" % number, daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+        for _ in range(self.options.concurrency):
+            self._start_executor()
         if connection.vendor == "postgresql":
             from scheduler_app.worker.wakeup import Listener
 
             self._listener = Listener(self.options.queues, self._wake, self._stopping)
             self._listener.start()
+        self._renewer = threading.Thread(
+            target=self._renew_forever, name="scheduler-leases", daemon=True
+        )
+        self._renewer.start()
+
+    def _start_executor(self) -> None:
+        thread = threading.Thread(
+            target=self._execute_forever,
+            name="scheduler-exec-%s" % len(self._threads),
+            daemon=True,
+        )
+        thread.start()
+        self._threads.append(thread)
 
     def _execute_forever(self) -> None:
         while True:
-            job = self._inbox.get()
-            if job is None:
+            running = self._inbox.get()
+            if running is None:
                 return
             try:
-                outcome: Finish | BaseException = execute(job, self._stopping.is_set)
+                outcome: Finish | BaseException = execute(running.job, self._stopping.is_set)
             except BaseException as exc:
                 outcome = exc
-            self._outbox.put((job.id, outcome))
+            with self._lock:
+                running.returned = True
+                abandoned = running.abandoned
+            self._outbox.put((running, outcome))
             if not self._gathering or self._outbox.qsize() >= self._enough:
                 self._wake.set()
+            if abandoned:
+                return  # another thread took this one's place when it was abandoned
 
     def _with_db(self, operation: Callable[[], T]) -> T | None:
         """Run a database operation; on a lost connection, reconnect next turn.
 
-        Raises WorkerFatal once the database has been unreachable for longer
-        than database_unavailable_timeout.
+        Only connection errors count as "database down"; any other error
+        propagates. Raises WorkerFatal once the database has been unreachable
+        for longer than database_unavailable_timeout.
         """
         try:
             result = operation()
-        except (DatabaseError, InterfaceError) as exc:
+        except CONNECTION_ERRORS as exc:
             connection.close()
             now = time.monotonic()
             if self._db_down_since is None:
@@ -454,7 +732,7 @@ class Worker:
         counts, self._counts = self._counts, Counter()
         logger.info(
             "worker summary worker=%s claimed=%s succeeded=%s failed=%s retried=%s deferred=%s "
-            "handed_back=%s running=%s",
+            "handed_back=%s abandoned=%s running=%s",
             self.id,
             counts["claimed"],
             counts["succeeded"],
@@ -462,5 +740,6 @@ class Worker:
             counts["retried"],
             counts["deferred"],
             counts["handed_back"],
+            counts["abandoned"],
             len(self._running),
         )

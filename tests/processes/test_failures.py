@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import subprocess
@@ -20,9 +21,10 @@ UNREACHABLE = "postgres://postgres@127.0.0.1:1/x"
 
 @pytest.mark.django_db(transaction=True)
 def test_unknown_task_and_unsupported_version_fail_cleanly(start_worker):
-    """Jobs of an unknown task or payload version fail at once, clearly; the worker runs on."""
+    """Jobs of an unknown task past its grace, or of a bad version, fail; the worker runs on."""
     now = timezone.now()
-    unknown = Job.objects.create(task_name="no.such.task", scheduled_for=now, run_at=now)
+    long_ago = now - dt.timedelta(hours=2)
+    unknown = Job.objects.create(task_name="no.such.task", scheduled_for=long_ago, run_at=long_ago)
     too_new = Job.objects.create(
         task_name="tests.versioned", payload_version=9, scheduled_for=now, run_at=now
     )
@@ -35,7 +37,13 @@ def test_unknown_task_and_unsupported_version_fail_cleanly(start_worker):
         for job in Job.objects.filter(pk__in=[unknown.pk, too_new.pk, normal.pk])
     }
     assert rows == {
-        unknown.pk: ("failed", 1, "UnknownTask: No task is registered as 'no.such.task'."),
+        unknown.pk: (
+            "failed",
+            1,
+            "UnknownTask: No task is registered as 'no.such.task', and no worker that knows it "
+            "ran the job within UNKNOWN_TASK_GRACE (3600s) of its scheduled time %s."
+            % long_ago.isoformat(),
+        ),
         too_new.pk: (
             "failed",
             1,
@@ -79,13 +87,19 @@ def test_runworker_exits_nonzero_when_database_unreachable(start_worker):
             "runworker: error: argument --poll-interval: 'soon' is not a number",
         ),
         (
+            ["--worker-id", "w" * 201],
+            2,
+            "runworker: error: argument --worker-id: must be 1 to 200 characters without NUL, "
+            "got 201 characters",
+        ),
+        (
             ["--queue", "nope"],
             1,
             "CommandError: Unknown queue(s): nope. SCHEDULER_APP['QUEUES'] lists: "
             "default, emails, slow.",
         ),
     ],
-    ids=["concurrency-0", "poll-interval-not-a-number", "unknown-queue"],
+    ids=["concurrency-0", "poll-interval-not-a-number", "worker-id-too-long", "unknown-queue"],
 )
 def test_runworker_rejects_bad_options(args, status, message):
     """Bad options exit non-zero with a clear message, before touching the database."""

@@ -35,6 +35,15 @@ def positive_float(value: str) -> float:
     return number
 
 
+def worker_id(value: str) -> str:
+    """Accept a name the jobs' worker_id column can hold."""
+    if not 1 <= len(value) <= 200 or "\x00" in value:
+        raise argparse.ArgumentTypeError(
+            "must be 1 to 200 characters without NUL, got %s characters" % len(value)
+        )
+    return value
+
+
 class Command(BaseCommand):
     help = "Run a worker: claim due jobs and run them until SIGTERM/SIGINT."
 
@@ -76,7 +85,9 @@ class Command(BaseCommand):
             metavar="SECONDS",
             help="How long a stop waits for running jobs. Default: SHUTDOWN_TIMEOUT.",
         )
-        parser.add_argument("--worker-id", help="Name this worker (default host:pid:random).")
+        parser.add_argument(
+            "--worker-id", type=worker_id, help="Name this worker (default host:pid:random)."
+        )
         parser.add_argument(
             "--no-scheduler",
             action="store_true",
