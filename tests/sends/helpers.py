@@ -9,7 +9,8 @@ import uuid
 from scheduler_app import clock
 from scheduler_app.exceptions import RetryLater
 from scheduler_app.models import Recipient, SendBatch
-from scheduler_app.sends.dispatch import run_lane
+from scheduler_app.registry import JobContext, get_task
+from scheduler_app.sends.dispatch import SEND_BATCH_TASK, run_lane
 
 
 @dataclasses.dataclass
@@ -30,6 +31,22 @@ def run_lane_now(batch: SendBatch | int) -> LaneRun:
     except RetryLater as exc:
         return LaneRun(counts=None, retry=exc)
     return LaneRun(counts=counts, retry=None)
+
+
+def run_lane_job(batch: SendBatch | int) -> object:
+    """Run the send_batch task (as a worker runs a lane job) for ``batch``; return its result."""
+    batch_id = batch if isinstance(batch, int) else batch.pk
+    return get_task(SEND_BATCH_TASK)(
+        JobContext(
+            job_id=1,
+            task_name=SEND_BATCH_TASK,
+            payload={"batch": batch_id},
+            payload_version=1,
+            attempt=1,
+            scheduled_for=clock.now(),
+            idempotency_key="1",
+        )
+    )
 
 
 def recipient(batch: SendBatch, address: str) -> Recipient:

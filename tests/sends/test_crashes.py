@@ -14,11 +14,9 @@ import pytest
 
 from scheduler_app import clock
 from scheduler_app.models import Recipient, SendBatch
-from scheduler_app.registry import JobContext, get_task
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 from scheduler_app.sends.providers import SenderRefused
 from scheduler_app.sends.rendering import Message
-from tests.sends.helpers import recipient, run_lane_now
+from tests.sends.helpers import recipient, run_lane_job, run_lane_now
 
 pytestmark = pytest.mark.django_db
 
@@ -251,19 +249,9 @@ def test_a_lane_that_keeps_raising_pauses_the_batch_with_the_last_error(five, se
         **settings.SCHEDULER_APP,
         "SUPPRESSION_CHECK": "tests.sends.test_crashes.suppression_service_down",
     }
-    lane = get_task(SEND_BATCH_TASK)
-    context = JobContext(
-        job_id=1,
-        task_name=SEND_BATCH_TASK,
-        payload={"batch": five.pk},
-        payload_version=1,
-        attempt=1,
-        scheduled_for=clock.now(),
-        idempotency_key="1",
-    )
     for attempt in (1, 2, 3):
         with pytest.raises(RuntimeError):
-            lane(context)
+            run_lane_job(five)
         Recipient.objects.filter(batch=five).update(claimed_by="", claimed_until=None)
         five.refresh_from_db()
         assert five.status == ("paused" if attempt == 3 else "sending")

@@ -11,12 +11,11 @@ from django.db import connection
 from scheduler_app import clock
 from scheduler_app.exceptions import RetryLater
 from scheduler_app.models import Job, SendBatch
-from scheduler_app.registry import JobContext, get_task
 from scheduler_app.sends.batches import schedule_batch
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK, start_sending
 from scheduler_app.sends.sweeper import revive_stranded_batches
 from tests.helpers import wait_until
-from tests.sends.helpers import run_lane_now
+from tests.sends.helpers import run_lane_job, run_lane_now
 from tests.testapp.models import ProviderBehaviour, ProviderCall
 
 RELAX = ("audience_within_limit", "dry_run_clean", "seed_sent")
@@ -153,22 +152,8 @@ def test_a_worker_runs_one_lane_of_a_batch_at_a_time(make_batch, two_customers, 
     try:
         wait_until(lambda: ProviderCall.objects.exists() or not first.is_alive(), timeout=10)
         with pytest.raises(RetryLater) as second:
-            run_lane_now_as_job(batch)
+            run_lane_job(batch)
     finally:
         first.join(timeout=30)
     assert second.value.reason == "this worker already runs a lane of batch %s" % batch.pk
     assert second.value.delay == dt.timedelta(seconds=2)
-
-
-def run_lane_now_as_job(batch: SendBatch) -> None:
-    get_task(SEND_BATCH_TASK)(
-        JobContext(
-            job_id=99,
-            task_name=SEND_BATCH_TASK,
-            payload={"batch": batch.pk},
-            payload_version=1,
-            attempt=1,
-            scheduled_for=clock.now(),
-            idempotency_key="99",
-        )
-    )
