@@ -32,7 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Min
 from django.db.models.functions import Coalesce, Greatest
 from django.utils.module_loading import import_string
@@ -40,10 +40,10 @@ from django.utils.module_loading import import_string
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
-from scheduler_app.db import backend
+from scheduler_app.db import backend, database_now
 from scheduler_app.exceptions import RetryLater, SchedulerError
 from scheduler_app.models import Recipient, SendBatch
-from scheduler_app.registry import JobContext, task
+from scheduler_app.registry import JobContext, get_task, task
 from scheduler_app.retry import RetryPolicy
 from scheduler_app.sends import limiter, states
 from scheduler_app.sends.audience import thaw_context
@@ -72,6 +72,10 @@ LANE_BUSY_RECHECK = dt.timedelta(seconds=2)
 HALT_RECHECK = 1.0
 #: Lane errors (exceptions, not crashes) in a row, with nothing marked, that pause the batch.
 LANE_ERRORS_BEFORE_PAUSE = 3
+#: A lane hands its job back after this long and goes on in a fresh attempt.
+LANE_TURN = dt.timedelta(minutes=5)
+#: Claim periods a provider call may run before its recipient's claim is given up.
+IN_FLIGHT_LIMIT = 5
 
 Status = Recipient.Status
 
@@ -116,8 +120,14 @@ def send_batch(job: JobContext) -> dict[str, int]:
             claim="%s:%s" % (job.job_id, uuid.uuid4().hex[:8]),
             should_stop=job.should_stop,
         )
-    except (RetryLater, OperationalError, InterfaceError):
-        raise  # waiting, or the database is away: not the batch's fault
+    except RetryLater:
+        raise
+    except (OperationalError, InterfaceError) as exc:
+        # The database is away (not the batch's fault), unless the connection still
+        # works: then it is a statement that keeps failing (a missing table, a timeout).
+        if connection.is_usable():
+            _count_lane_error(batch_id, exc)
+        raise
     except Exception as exc:
         _count_lane_error(batch_id, exc)
         raise
@@ -126,15 +136,20 @@ def send_batch(job: JobContext) -> dict[str, int]:
 def run_lane(batch_id: int, *, claim: str, should_stop: Callable[[], bool]) -> dict[str, int]:
     """Send chunks of ``batch_id`` until nothing is left for this lane; return its counts."""
     with _only_lane_in_process(batch_id):
-        batch = start_sending(batch_id)
-        if batch is None:
-            return {}
+        batch = SendBatch.objects.get(pk=batch_id)
         try:
             template = MessageTemplate.compile(
                 batch.subject_template, batch.text_template, batch.html_template
             )
         except RenderError as exc:
+            if batch.started_at is not None:
+                # Other workers compiled it (a worker of an older deploy lacks a tag
+                # library?): a lane error, which pauses the batch if it persists.
+                raise
             states.fail(batch_id, "The template does not compile: %s" % exc)
+            return {}
+        batch = start_sending(batch_id)
+        if batch is None:
             return {}
         return Lane(batch, template, claim=claim, should_stop=should_stop).run()
 
@@ -171,7 +186,7 @@ def start_sending(batch_id: int) -> SendBatch | None:
     with transaction.atomic():
         batch = SendBatch.objects.select_for_update().get(pk=batch_id)
         if batch.status == SendBatch.Status.SCHEDULED:
-            now = clock.now()
+            now = database_now()  # recipients' due times are compared with it
             if batch.frozen_at is None:
                 try:
                     with transaction.atomic():
@@ -243,6 +258,80 @@ class Breaker:
         )
 
 
+class ClaimKeeper:
+    """Keep a lane's claims alive from a thread of its own while the lane works.
+
+    Every third of SEND_CLAIM_SECONDS it extends the claims the lane holds: the
+    rest of its chunk, and the recipient whose provider call is running, so a
+    slow call never lets another lane take that recipient over. A call that
+    runs past IN_FLIGHT_LIMIT claim periods is given up: its recipient's claim
+    lapses and another lane sends it again (same key), so a hung call cannot
+    hold a batch for ever. The thread has its own database connection.
+    """
+
+    def __init__(self, claim: str, claim_for: dt.timedelta) -> None:
+        self.claim = claim
+        self.claim_for = claim_for
+        self.chunk: tuple[int, ...] = ()
+        self.in_flight: int | None = None
+        self._in_flight_since = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="scheduler-claims", daemon=True)
+
+    def __enter__(self) -> ClaimKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def hold(self, recipient_ids: list[int]) -> None:
+        """Keep these (the chunk's not yet sent recipients) claimed."""
+        self.chunk = tuple(recipient_ids)
+
+    @contextlib.contextmanager
+    def calling(self, recipient_id: int) -> Iterator[None]:
+        """Keep ``recipient_id`` claimed while its provider call runs."""
+        self._in_flight_since = time.monotonic()
+        self.in_flight = recipient_id
+        try:
+            yield
+        finally:
+            self.in_flight = None
+
+    def _keep(self) -> None:
+        period = self.claim_for.total_seconds() / 3
+        try:
+            while not self._stop.wait(period):
+                ids = set(self.chunk)
+                in_flight = self.in_flight
+                if in_flight is not None:
+                    running = time.monotonic() - self._in_flight_since
+                    if running < IN_FLIGHT_LIMIT * self.claim_for.total_seconds():
+                        ids.add(in_flight)
+                    else:
+                        ids.discard(in_flight)
+                        logger.error(
+                            "provider call hangs, its claim is given up recipient=%s claim=%s "
+                            "running=%.0fs",
+                            in_flight,
+                            self.claim,
+                            running,
+                        )
+                if not ids:
+                    continue
+                try:
+                    backend().extend_claims(
+                        recipient_ids=sorted(ids), claim=self.claim, claim_for=self.claim_for
+                    )
+                except DatabaseError as exc:
+                    logger.warning("claim extension failed claim=%s error=%s", self.claim, exc)
+                    connection.close()
+        finally:
+            connection.close()
+
+
 class Lane:
     """One lane's run over a sending batch: chunk after chunk, one recipient at a time."""
 
@@ -262,59 +351,84 @@ class Lane:
         # Same key, one delivery: a crash cannot duplicate, so markers may wait for the chunk.
         self.marks_per_chunk = bool(getattr(self.provider, "idempotent", False))
         self.claim_for = dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS)
+        self.keeper = ClaimKeeper(claim, self.claim_for)
         self.halted = _halt_check(batch.pk)
         self.breaker = Breaker(batch)
         self.counts: collections.Counter[str] = collections.Counter()
         self.unlogged = 0
         self.unmarked: list[Outcome] = []
+        self.turn_ends = time.monotonic() + _lane_turn().total_seconds()
         #: Set when the lane must end after this chunk (breaker, provider refused the sender).
         self.stop_reason = ""
+        #: Set when the provider asked us to slow down: the lane waits this long.
+        self.slow_down: SlowDown | None = None
 
     def run(self) -> dict[str, int]:
         """Send chunks until none is due, the batch stops sending, or the worker stops."""
         batch_id = self.batch.pk
-        while True:
-            if self.should_stop():
-                raise RetryLater(delay=0, reason="worker stopping; another worker goes on sending")
-            status = SendBatch.objects.filter(pk=batch_id).values_list("status", flat=True).first()
-            if status != SendBatch.Status.SENDING:
-                logger.info("lane stops batch=%s status=%s", batch_id, status)
-                return dict(self.counts)
-            if paused_scopes().covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
-                raise RetryLater(delay=PAUSED_RECHECK, reason="sends are paused by a kill switch")
-            size = limiter.chunk_size_for(self.batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE)
-            rows = backend().claim_recipients(
-                batch_id=batch_id, claim=self.claim, limit=size, claim_for=self.claim_for
-            )
-            if not rows:
-                return _finish_lane(self.batch, self.counts)
-            self._send_chunk(rows)
-            if self.stop_reason:
-                states.pause(batch_id, reason=self.stop_reason)
-                return dict(self.counts)
+        with self.keeper:
+            while True:
+                if self.should_stop():
+                    raise RetryLater(delay=0, reason="worker stopping; another worker goes on")
+                if time.monotonic() >= self.turn_ends:
+                    raise RetryLater(delay=0, reason="the lane's turn is over; it goes on")
+                status = (
+                    SendBatch.objects.filter(pk=batch_id).values_list("status", flat=True).first()
+                )
+                if status != SendBatch.Status.SENDING:
+                    logger.info("lane stops batch=%s status=%s", batch_id, status)
+                    return dict(self.counts)
+                if paused_scopes().covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
+                    raise RetryLater(
+                        delay=PAUSED_RECHECK, reason="sends are paused by a kill switch"
+                    )
+                size = limiter.chunk_size_for(
+                    self.batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE
+                )
+                rows = backend().claim_recipients(
+                    batch_id=batch_id, claim=self.claim, limit=size, claim_for=self.claim_for
+                )
+                if not rows:
+                    return _finish_lane(self.batch, self.counts)
+                self._send_chunk(rows)
+                if self.stop_reason:
+                    states.pause(batch_id, reason=self.stop_reason)
+                    return dict(self.counts)
+                if self.slow_down is not None:
+                    raise RetryLater(delay=self.slow_down.delay, reason=str(self.slow_down))
 
     def _send_chunk(self, rows: list[tuple]) -> None:
-        """Send a claimed chunk one recipient at a time; hand back what must not be sent now."""
+        """Send a claimed chunk one recipient at a time; hand back what must not be sent now.
+
+        If the lane raises, the markers it holds are written first: a recipient the
+        provider accepted is never left unmarked by anything but a crash.
+        """
+        try:
+            self._send_rows(rows)
+        except Exception:
+            self._mark_before_raising()
+            raise
+        finally:
+            self.keeper.hold([])
+
+    def _send_rows(self, rows: list[tuple]) -> None:
         limited = limiter.is_limited(self.batch.rate_limit_key)
         suppressed = _suppressed([row[2] for row in rows], self.batch)
-        extend_at = clock.now() + self.claim_for / 3
-        halt, wait = "", dt.timedelta(0)
+        halt = ""
         done = 0
         for done, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
-            halt = _why_halt(self.halted, self.should_stop)
+            self.keeper.hold([row[0] for row in rows[done:]])
+            halt = self.stop_reason or self._why_halt()
             if halt:
                 break
-            if clock.now() >= extend_at:
-                extend_at = clock.now() + self.claim_for / 3
-                self._extend_claims([row[0] for row in rows[done:]])
             if attempts >= app_settings.RECIPIENT_MAX_ATTEMPTS:
-                # Every attempt so far ended with its worker dying in the provider call.
+                # Every attempt so far ended without an outcome: its lane died in the call.
                 self._add(
                     Outcome(
                         recipient_id,
                         Status.FAILED,
-                        error="Worker died while sending, %s times (RECIPIENT_MAX_ATTEMPTS is "
-                        "%s); it may have been delivered."
+                        error="Worker died while sending: %s attempts without an outcome "
+                        "(RECIPIENT_MAX_ATTEMPTS is %s); it may have been delivered."
                         % (attempts, app_settings.RECIPIENT_MAX_ATTEMPTS),
                     )
                 )
@@ -332,38 +446,48 @@ class Lane:
             if limited:
                 self._mark()  # a marker never waits for the limiter
                 if not limiter.wait_for_token(
-                    self.batch.rate_limit_key, should_stop=self.should_stop
+                    self.batch.rate_limit_key, should_stop=lambda: bool(self._why_halt())
                 ):
-                    halt = "worker stopping"
+                    halt = self._why_halt() or "worker stopping"
                     break
             outcome = self._send_one(message, key, recipient_id)
             if outcome is None:
                 continue  # another lane owns it now
             self._add(outcome)
-            if outcome.status == Status.PENDING and outcome.refund:
-                halt, wait = outcome.error, _wait_until(outcome.next_attempt_at)
-                done += 1
-                break
-            if self.stop_reason:
+            if self.slow_down is not None or self.stop_reason:
+                halt = str(self.slow_down or self.stop_reason)
                 done += 1
                 break
         else:
             done = len(rows)
-        # The rest of the chunk goes back as it was (no attempt used), after ``wait``.
-        # No wait: keep their due time (compared with the database's clock, not ours).
-        back_at, why = (clock.now() + wait, halt) if wait else (None, "")
+        # The rest of the chunk goes back as it was (no attempt used); after a SlowDown
+        # it waits as long as the provider asked.
+        wait = self.slow_down.delay if self.slow_down else None
         self.unmarked.extend(
-            Outcome(row[0], Status.PENDING, next_attempt_at=back_at, error=why)
+            Outcome(
+                row[0],
+                Status.PENDING,
+                next_attempt_at=clock.now() + wait if wait else None,
+                error=str(self.slow_down) if wait else "",
+            )
             for row in rows[done:]
         )
         self._mark()
         if halt:
             logger.info("chunk handed back batch=%s reason=%s", self.batch.pk, halt)
 
+    def _why_halt(self) -> str:
+        """Return why the rest of a chunk must not be sent now, or ''."""
+        if self.should_stop():
+            return "worker stopping"
+        if time.monotonic() >= self.turn_ends:
+            return "the lane's turn is over"
+        return self.halted()
+
     def _send_one(self, message: Message, key: str, recipient_id: int) -> Outcome | None:
         """Charge the attempt if the claim still owns the recipient, then call the provider."""
         # Markers commit before the next provider call: with its attempt, in one statement.
-        marks, self.unmarked = ([], self.unmarked) if self.marks_per_chunk else (self.unmarked, [])
+        marks = [] if self.marks_per_chunk else self.unmarked
         attempt, kept = backend().begin_recipient(
             recipient_id=recipient_id,
             claim=self.claim,
@@ -371,7 +495,9 @@ class Lane:
             batch_id=self.batch.pk,
             marks=[o.as_row() for o in marks],
         )
-        self._count(kept, len(marks))
+        if marks:
+            self.unmarked = []
+            self._count(kept, len(marks))
         if attempt is None:
             logger.warning(
                 "recipient taken over, not sent batch=%s recipient=%s claim=%s",
@@ -381,10 +507,12 @@ class Lane:
             )
             return None
         try:
-            outcome = deliver(
-                self.provider, message, "%s:%s" % (self.batch.pk, key), recipient_id, attempt
-            )
+            with self.keeper.calling(recipient_id):
+                return deliver(
+                    self.provider, message, "%s:%s" % (self.batch.pk, key), recipient_id, attempt
+                )
         except SlowDown as exc:  # not sent: no attempt used, this and the rest wait
+            self.slow_down = exc
             return Outcome(
                 recipient_id,
                 Status.PENDING,
@@ -395,7 +523,6 @@ class Lane:
         except SenderRefused as exc:  # not the recipient's fault: no attempt used, pause
             self.stop_reason = str(exc)
             return Outcome(recipient_id, Status.PENDING, refund=1, error=str(exc))
-        return outcome
 
     def _add(self, outcome: Outcome) -> None:
         """Queue an outcome for marking; feed the breaker."""
@@ -407,11 +534,36 @@ class Lane:
         """Write the queued markers and the batch counters, fenced by our claim."""
         if not self.unmarked:
             return
-        outcomes, self.unmarked = self.unmarked, []
         kept = backend().mark_recipients(
-            [o.as_row() for o in outcomes], claim=self.claim, batch_id=self.batch.pk
+            [o.as_row() for o in self.unmarked], claim=self.claim, batch_id=self.batch.pk
         )
-        self._count(kept, len(outcomes))
+        written, self.unmarked = len(self.unmarked), []
+        self._count(kept, written)
+
+    def _mark_before_raising(self) -> None:
+        """Write the markers held in memory despite the error, trying for a while.
+
+        A marker written twice changes nothing the second time (the claim fence),
+        so a retry after a reply that was lost is safe.
+        """
+        give_up = time.monotonic() + self.claim_for.total_seconds() / 2
+        pause = 0.5
+        while self.unmarked:
+            try:
+                self._mark()
+            except DatabaseError as exc:
+                if time.monotonic() + pause > give_up:
+                    logger.error(
+                        "markers not written batch=%s claim=%s markers=%s error=%s",
+                        self.batch.pk,
+                        self.claim,
+                        len(self.unmarked),
+                        exc,
+                    )
+                    return
+                connection.close()
+                time.sleep(pause)  # backoff before reconnecting, not a synchronisation
+                pause = min(pause * 2, 5.0)
 
     def _count(self, statuses: list[str], written: int) -> None:
         """Count the markers that were written; log progress now and then."""
@@ -430,22 +582,15 @@ class Lane:
             self.unlogged = 0
             _log_progress(self.batch.pk)
 
-    def _extend_claims(self, recipient_ids: list[int]) -> None:
-        self._mark()  # no marker waits for another statement
-        backend().extend_claims(
-            recipient_ids=recipient_ids, claim=self.claim, claim_for=self.claim_for
-        )
 
+def _lane_turn() -> dt.timedelta:
+    """Return how long a lane runs before it hands its job back to go on (a fresh attempt).
 
-def _wait_until(at: dt.datetime | None) -> dt.timedelta:
-    return dt.timedelta(0) if at is None else max(at - clock.now(), dt.timedelta(0))
-
-
-def _why_halt(halted: Callable[[], str], should_stop: Callable[[], bool]) -> str:
-    """Return why the rest of a chunk must not be sent now, or ''."""
-    if should_stop():
-        return "worker stopping"
-    return halted()
+    Shorter than half the lane task's timeout (e.g. DEFAULT_TIMEOUT), so a long
+    send is never mistaken for a hung handler.
+    """
+    timeout = get_task(SEND_BATCH_TASK).timeout
+    return min(LANE_TURN, timeout / 2) if timeout else LANE_TURN
 
 
 def _halt_check(batch_id: int) -> Callable[[], str]:

@@ -153,26 +153,16 @@ def test_4xx_on_rcpt_is_transient(smtp_server):
     )
 
 
-@pytest.mark.parametrize(
-    ("address", "reason"),
-    [
-        ("two@at@example.com", 'Invalid address "two@at@example.com"'),
-        ("ann@", 'Invalid address "ann@"'),
-        (
-            "ann@exa mple.com",
-            'Invalid address; only ann@exa  could be parsed from "ann@exa mple.com"',
-        ),
-    ],
-)
-def test_an_address_django_refuses_is_permanent_and_never_reaches_the_server(
-    smtp_server, address, reason
+@pytest.mark.parametrize("address", ["two@at@example.com", "ann@", "ann@exa mple.com", "ann"])
+def test_an_address_that_cannot_be_valid_is_permanent_and_never_reaches_the_server(
+    smtp_server, address
 ):
     handler, port = smtp_server
 
     with pytest.raises(PermanentSendError) as raised:
         send(port, address)
 
-    assert str(raised.value) == "The message to %r could not be built: %s" % (address, reason)
+    assert str(raised.value) == "The address %r is not a valid email address." % address
     assert handler.rcpt_seen == []
 
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from scheduler_app import clock
 from scheduler_app.db import backend
-from scheduler_app.models import Recipient
+from scheduler_app.models import Recipient, SendBatch
 from tests.sends.helpers import run_lane_now
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
@@ -28,6 +28,7 @@ def test_a_host_whose_clock_runs_ahead_does_not_take_over_a_live_claim(
     customer("bob@example.com", "Bob")
     batch = make_batch(scheduled_at=timezone.now() - dt.timedelta(minutes=5))
     run_lane_now(batch)  # freezes the audience; everyone is sent
+    SendBatch.objects.filter(pk=batch.pk).update(status="sending", sent=0)
     Recipient.objects.filter(batch=batch).update(
         status="pending", attempts=0, next_attempt_at=timezone.now() - dt.timedelta(minutes=5)
     )

@@ -6,7 +6,9 @@ import hashlib
 import smtplib
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives, get_connection
+from django.core.validators import validate_email
 
 from scheduler_app.conf import message_id_domain
 from scheduler_app.sends.providers import (
@@ -50,6 +52,14 @@ class DjangoEmailProvider:
         self.connection = default_mail_connection()
 
     def send(self, message: Message, idempotency_key: str) -> str:
+        try:
+            # Checked here, not left to the message's headers: how Python's email
+            # package refuses a bad address differs between versions (even IndexError).
+            validate_email(message.to)
+        except ValidationError as exc:
+            raise PermanentSendError(
+                "The address %r is not a valid email address." % message.to
+            ) from exc
         message_id = message_id_for(idempotency_key)
         email = EmailMultiAlternatives(
             subject=message.subject,
