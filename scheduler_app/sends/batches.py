@@ -348,7 +348,7 @@ def send_message(
 
 def enqueue_lanes(batch: SendBatch, start: dt.datetime, count: int | None = None) -> None:
     """Schedule ``count`` (default SEND_LANES) lane jobs of the batch to start at ``start``."""
-    token = clock.now().strftime("%Y%m%dT%H%M%S.%f")
+    token = uuid.uuid4().hex[:12]
     schedule_many(
         SEND_BATCH_TASK,
         [

@@ -9,13 +9,13 @@ workers sweep at the same moment.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import Count, F, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
-from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import record
 from scheduler_app.db import database_now
@@ -50,26 +50,36 @@ def revive_stranded_batches() -> list[int]:
         start = earliest_start(batch) if batch.status == Status.SCHEDULED else None
         if start is not None and start > now:
             continue  # before its send time, or inside its undo window
-        if _revive(batch):
-            revived.append(batch.pk)
+        try:
+            if _revive(batch, now):
+                revived.append(batch.pk)
+        except (OperationalError, InterfaceError):
+            raise  # the database is away: the worker's loop deals with it
+        except Exception:
+            # One batch that cannot be revived must not stop every worker's loop.
+            logger.exception("batch could not be revived batch=%s", batch.pk)
     return revived
 
 
-def _revive(batch: SendBatch) -> bool:
+def _revive(batch: SendBatch, now: dt.datetime) -> bool:
     """Top ``batch`` up to SEND_LANES lanes unless another sweeper did; True if this one did."""
     with transaction.atomic():
-        # A no-op UPDATE takes the batch's row lock (SQLite: the write lock), so sweepers
-        # queue here and each one after the first sees the lanes the first committed.
-        if not SendBatch.objects.filter(pk=batch.pk, status__in=NEEDS_LANES).update(
-            status=F("status")
-        ):
+        # Lock the batch row so that sweepers never both add lanes. PostgreSQL: skip a
+        # row another transaction holds (a lane freezing the audience, another sweeper)
+        # rather than wait on it in the worker's loop; SQLite: a no-op UPDATE takes the
+        # write lock, after which this sweeper sees what the one before it committed.
+        batches = SendBatch.objects.filter(pk=batch.pk, status__in=NEEDS_LANES)
+        if connection.vendor == "postgresql":
+            locked = bool(batches.select_for_update(skip_locked=True).values_list("pk"))
+        else:
+            locked = bool(batches.update(status=F("status")))
+        if not locked:
             return False
-        missing = (
-            app_settings.SEND_LANES - lane_jobs(batch.pk).filter(status__in=Job.UNFINISHED).count()
-        )
+        live = lane_jobs(batch.pk).filter(status__in=Job.UNFINISHED).count()
+        missing = app_settings.SEND_LANES - live
         if missing <= 0:
             return False
-        enqueue_lanes(batch, clock.now(), missing)
+        enqueue_lanes(batch, now, missing)
         reason = "The batch was %s lane(s) short." % missing
         record("batch", str(batch.pk), "revive", reason=reason)
     logger.warning(

@@ -1,0 +1,116 @@
+"""A lane that meets errors (not crashes): markers kept, the breaker, 429s, lane errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import OperationalError
+
+from scheduler_app import clock
+from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.sends.dispatch import run_lane
+from tests.sends.helpers import recipient, run_lane_job, run_lane_now
+from tests.testapp.models import ProviderBehaviour, ProviderCall
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def four(customer):
+    for name in ("ann", "bob", "cat", "dan"):
+        customer("%s@example.com" % name, name.title())
+
+
+def test_a_marker_held_in_memory_is_written_before_the_lane_raises(four, make_batch):
+    """Ann's marker waits to go with Bob's attempt; the lane raises before that: it is written."""
+    batch = make_batch()
+
+    def stop_with_an_error() -> bool:
+        if ProviderCall.objects.exists():
+            raise RuntimeError("the lane broke")
+        return False
+
+    with pytest.raises(RuntimeError):
+        run_lane(batch.pk, claim="test:raises", should_stop=stop_with_an_error)
+
+    assert (recipient(batch, "ann@example.com").status, ProviderCall.objects.count()) == ("sent", 1)
+    batch.refresh_from_db()
+    assert batch.sent == 1
+
+
+def test_the_breaker_stops_the_rest_of_the_chunk(customer, make_batch):
+    """The first failure trips a one-attempt window: the other recipients are not failed."""
+    for name in ("ann", "bob", "cat", "dan"):
+        customer("%s@example.com" % name, "")  # no first name: every render fails closed
+    batch = make_batch(text_template="Hi {{ first_name }}.", breaker_window=2)
+
+    run_lane_now(batch)
+
+    batch.refresh_from_db()
+    assert batch.status == "paused"
+    assert batch.status_reason.startswith("Automatic breaker: 1 of the last 1 attempts failed")
+    assert sorted(Recipient.objects.filter(batch=batch).values_list("status", flat=True)) == [
+        "failed",
+        "pending",
+        "pending",
+        "pending",
+    ]
+
+
+def test_slow_down_makes_the_lane_wait_instead_of_claiming_the_next_chunk(
+    four, make_batch, settings
+):
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "SEND_CHUNK_SIZE": 2}
+    ProviderBehaviour.objects.create(answer="slow_down", times=1)  # 429, Retry-After 30
+    batch = make_batch()
+
+    run = run_lane_now(batch)
+
+    assert run.retry is not None and run.retry.delay == dt.timedelta(seconds=30)
+    assert ProviderCall.objects.count() == 1
+    untouched = Recipient.objects.filter(
+        batch=batch, address__in=["cat@example.com", "dan@example.com"]
+    )
+    assert set(untouched.values_list("claimed_by", "attempts")) == {("", 0)}
+
+
+def statement_times_out(addresses, batch):
+    raise OperationalError("canceling statement due to statement timeout")
+
+
+def test_a_database_error_on_a_working_connection_counts_as_a_lane_error(
+    four, make_batch, settings
+):
+    settings.SCHEDULER_APP = {
+        **settings.SCHEDULER_APP,
+        "SUPPRESSION_CHECK": "tests.sends.test_lane_faults.statement_times_out",
+    }
+    batch = make_batch()
+    for _ in range(3):
+        with pytest.raises(OperationalError):
+            run_lane_job(batch)
+        Recipient.objects.filter(batch=batch).update(claimed_by="", claimed_until=None)
+
+    batch.refresh_from_db()
+    assert batch.status == "paused"
+    assert batch.status_reason.endswith(
+        "last error: OperationalError: canceling statement due to statement timeout"
+    )
+
+
+def test_a_template_that_stops_compiling_mid_send_is_a_lane_error_not_a_failed_batch(
+    four, make_batch
+):
+    """A worker of an older deploy may lack a tag library the others have."""
+    batch = make_batch(
+        status=SendBatch.Status.SENDING,
+        started_at=clock.now(),
+        text_template="{% load tags_of_a_newer_deploy %}Hi {{ first_name }}",
+    )
+
+    with pytest.raises(Exception, match="tags_of_a_newer_deploy"):
+        run_lane_job(batch)
+
+    batch.refresh_from_db()
+    assert (batch.status, batch.lane_errors) == ("sending", 1)
