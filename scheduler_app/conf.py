@@ -42,7 +42,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "SEND_QUEUE": "default",
     "SEND_LANES": 2,  # dispatch jobs per batch, so several workers share one send
-    "SEND_CHUNK_SIZE": 100,  # recipients claimed at once; kill switches are checked per chunk
+    "SEND_CHUNK_SIZE": 100,  # recipients a lane claims at once (it sends them one at a time)
     # A lane's claim on a chunk, extended while it works; after a crash, the chunk's
     # recipients go to another lane once it expires. Longer than any provider call.
     "SEND_CLAIM_SECONDS": 60.0,

@@ -63,7 +63,7 @@ SEND_BATCH_TASK = "scheduler_app.send_batch"
 SEND_MESSAGE_TASK = "scheduler_app.send_message"
 #: Recipient retries: full-jitter backoff between attempts of one recipient.
 RECIPIENT_RETRY = RetryPolicy(base=dt.timedelta(seconds=30), cap=dt.timedelta(hours=1))
-#: A lane waits (without using attempts) while paused or until local delivery times.
+#: A lane waits (without using attempts) behind a kill switch, a 429, or recipients due later.
 LANE_RETRY = RetryPolicy(retry_later_budget=dt.timedelta(days=30))
 PAUSED_RECHECK = dt.timedelta(seconds=2)
 #: A second lane of a batch on a worker that already runs one waits this long.
@@ -234,7 +234,7 @@ class Breaker:
     """The automatic breaker: trips when too many of the latest attempts failed."""
 
     def __init__(self, batch: SendBatch) -> None:
-        # The batch's window is shared by its lanes, so the batch trips after about N attempts.
+        # Each lane keeps its share of the window, so the batch trips after about N attempts.
         window = batch.breaker_window or app_settings.BREAKER_WINDOW
         self.attempts: collections.deque[bool] = collections.deque(
             maxlen=max(1, math.ceil(window / app_settings.SEND_LANES))
