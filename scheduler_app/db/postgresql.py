@@ -222,18 +222,9 @@ WHERE r.id = due.id
 RETURNING r.id, r.recipient_key, r.address, r.timezone, r.context::text, r.attempts
 """
 """Claim a chunk of a batch's due recipients, earliest due first; SKIP LOCKED so workers
-share a batch. No attempt is charged here: BEGIN_RECIPIENT charges the one being sent.
+share a batch. No attempt is charged here: MARK_AND_BEGIN charges the one being sent.
 Only the partial index scheduler_recipient_due gives this order, so the plan does not
 depend on statistics that know nothing yet of a batch just frozen."""
-
-BEGIN_RECIPIENT = f"""
-UPDATE {RECIPIENT}
-SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
-WHERE id = %(id)s AND claimed_by = %(claim)s AND status = 'pending'
-RETURNING attempts
-"""
-"""Check that the claim still owns one recipient, charge it the attempt about to be made,
-and extend its claim over the provider call. No row: another lane took it over."""
 
 EXTEND_CLAIMS = f"""
 UPDATE {RECIPIENT} SET claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
@@ -241,8 +232,8 @@ WHERE id = ANY(%(ids)s) AND claimed_by = %(claim)s AND status = 'pending'
 """
 """Keep the not yet sent rest of a chunk claimed while the lane works through it."""
 
-MARK_RECIPIENTS = f"""
-WITH marked AS (
+_MARKED = f"""
+marked AS (
     UPDATE {RECIPIENT} AS r
     SET status = v.status, sent_at = v.sent_at, provider_message_id = v.message_id,
         last_error = v.error, next_attempt_at = COALESCE(v.next_attempt_at, r.next_attempt_at),
@@ -262,21 +253,21 @@ WITH marked AS (
                  count(*) FILTER (WHERE status = 'skipped') AS skipped
           FROM marked) AS c
     WHERE b.id = %s AND c.sent + c.failed + c.skipped > 0
-)
-SELECT status FROM marked
-"""
-"""Record outcomes and the batch's counters in one statement, fenced by the claim: an
-expired claim changes nothing. A marked recipient also resets the batch's lane errors.
+)"""
+"""Record outcomes and the batch's counters, fenced by the claim: an expired claim
+changes nothing. A marked recipient also resets the batch's lane errors. Parameters:
+the seven outcome columns, the ids again, the claim, the batch.
 
 ``r.id = ANY(ids)`` lets the primary key find the rows. The claim is compared through
 an InitPlan: compared to a literal, its selectivity comes from statistics in which every
 row is unclaimed, the planner expects one row, scans the whole table and rescans the
 arrays for each row it finds (a nested loop quadratic in the number of rows)."""
 
+MARK_RECIPIENTS = f"WITH {_MARKED}\nSELECT status FROM marked"
+"""Record outcomes and counters (see _MARKED); return the statuses of the rows still ours."""
 
-MARK_AND_BEGIN = (
-    MARK_RECIPIENTS.replace("SELECT status FROM marked", "")
-    + f""", begun AS (
+MARK_AND_BEGIN = f"""
+WITH {_MARKED}, begun AS (
     UPDATE {RECIPIENT}
     SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%s")} + %s
     WHERE id = %s AND claimed_by = (SELECT %s::text) AND status = 'pending'
@@ -284,9 +275,10 @@ MARK_AND_BEGIN = (
 )
 SELECT (SELECT array_agg(status) FROM marked), (SELECT attempts FROM begun)
 """
-)
-"""MARK_RECIPIENTS for the previous recipients and BEGIN_RECIPIENT for the next one, in
-one statement and one commit: the markers still commit before the next provider call."""
+"""Record the previous recipients' outcomes (see _MARKED, none is fine), then check that
+the claim still owns the next recipient, charge it the attempt about to be made and
+extend its claim over the provider call; one statement and one commit, so the markers
+commit before that call. No ``begun`` row: another lane took the recipient over."""
 
 
 def freeze_recipients(
@@ -339,20 +331,7 @@ def begin_recipient(
     """Record ``marks`` (see mark_recipients), then charge the attempt about to be made if
     ``claim`` still owns the recipient, extending its claim by ``claim_for``; return (its
     attempt or None, statuses marked)."""
-    if not marks:
-        with bound_cursor() as cursor:
-            cursor.execute(
-                BEGIN_RECIPIENT,
-                {
-                    "id": recipient_id,
-                    "claim": claim,
-                    "claim_for": claim_for,
-                    "frozen": clock.frozen_at(),
-                },
-            )
-            row = cursor.fetchone()
-        return (None if row is None else row[0]), []
-    columns = [list(column) for column in zip(*marks, strict=True)]
+    columns = [list(column) for column in zip(*marks, strict=True)] or [[] for _ in range(7)]
     with bound_cursor() as cursor:
         cursor.execute(
             MARK_AND_BEGIN,
@@ -373,6 +352,8 @@ def begin_recipient(
 
 def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta) -> int:
     """Extend ``claim`` by ``claim_for`` on those of ``recipient_ids`` it still holds."""
+    if not recipient_ids:
+        return 0
     with bound_cursor() as cursor:
         cursor.execute(
             EXTEND_CLAIMS,

@@ -171,10 +171,7 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
         now = start = database_now()
         if not batch.started_at:
             # Not started yet: keep its send time and undo window.
-            start = max(now, batch.scheduled_at or now)
-            if batch.undo_deadline is not None:
-                margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
-                start = max(start, batch.undo_deadline + margin)
+            start = max(now, earliest_start(batch) or now)
         enqueue_lanes(batch, start)
         record("batch", str(batch_id), "resume", by=by)
     return True

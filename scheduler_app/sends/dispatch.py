@@ -66,6 +66,7 @@ RECIPIENT_RETRY = RetryPolicy(base=dt.timedelta(seconds=30), cap=dt.timedelta(ho
 #: A lane waits (without using attempts) behind a kill switch, a 429, or recipients due later.
 LANE_RETRY = RetryPolicy(retry_later_budget=dt.timedelta(days=30))
 PAUSED_RECHECK = dt.timedelta(seconds=2)
+KILL_SWITCHED = "sends are paused by a kill switch"
 #: A second lane of a batch on a worker that already runs one waits this long.
 LANE_BUSY_RECHECK = dt.timedelta(seconds=2)
 #: Seconds between a lane's looks at pause/cancel and the kill switches inside a chunk.
@@ -91,11 +92,6 @@ class Outcome:
     error: str = ""
     next_attempt_at: dt.datetime | None = None
     refund: int = 0
-
-    @property
-    def failed_attempt(self) -> bool:
-        """Return True for attempts that count against the automatic breaker."""
-        return self.status == Status.FAILED or (self.status == Status.PENDING and not self.refund)
 
     def as_row(self) -> tuple:
         """Return the row db.<vendor>.mark_recipients() takes."""
@@ -245,7 +241,8 @@ class Breaker:
         """Count ``outcome``; return why the breaker tripped, or ''."""
         if outcome.refund:
             return ""
-        self.attempts.append(outcome.failed_attempt)
+        # An attempt that counts and did not end sent or skipped: failed, or to be retried.
+        self.attempts.append(outcome.status in (Status.FAILED, Status.PENDING))
         failed = sum(self.attempts)
         if len(self.attempts) < (self.attempts.maxlen or 0):
             return ""
@@ -372,16 +369,12 @@ class Lane:
                     raise RetryLater(delay=0, reason="worker stopping; another worker goes on")
                 if time.monotonic() >= self.turn_ends:
                     raise RetryLater(delay=0, reason="the lane's turn is over; it goes on")
-                status = (
-                    SendBatch.objects.filter(pk=batch_id).values_list("status", flat=True).first()
-                )
-                if status != SendBatch.Status.SENDING:
-                    logger.info("lane stops batch=%s status=%s", batch_id, status)
+                halt = _why_not_send(batch_id)
+                if halt == KILL_SWITCHED:
+                    raise RetryLater(delay=PAUSED_RECHECK, reason=halt)
+                if halt:
+                    logger.info("lane stops batch=%s reason=%s", batch_id, halt)
                     return dict(self.counts)
-                if paused_scopes().covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
-                    raise RetryLater(
-                        delay=PAUSED_RECHECK, reason="sends are paused by a kill switch"
-                    )
                 size = limiter.chunk_size_for(
                     self.batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE
                 )
@@ -602,14 +595,20 @@ def _halt_check(batch_id: int) -> Callable[[], str]:
         if time.monotonic() < next_look:
             return ""
         next_look = time.monotonic() + HALT_RECHECK
-        status = SendBatch.objects.filter(pk=batch_id).values_list("status", flat=True).first()
-        if status != SendBatch.Status.SENDING:
-            return "batch is %s" % status
-        if paused_scopes().covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
-            return "sends are paused by a kill switch"
-        return ""
+        return _why_not_send(batch_id)
 
     return check
+
+
+def _why_not_send(batch_id: int) -> str:
+    """Return why a lane of the batch must not send now ('' to go on): its status, or
+    KILL_SWITCHED."""
+    status = SendBatch.objects.filter(pk=batch_id).values_list("status", flat=True).first()
+    if status != SendBatch.Status.SENDING:
+        return "batch is %s" % status
+    if paused_scopes().covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
+        return KILL_SWITCHED
+    return ""
 
 
 def deliver(

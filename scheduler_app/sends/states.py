@@ -16,8 +16,8 @@ from scheduler_app.models import SendBatch
 logger = logging.getLogger("scheduler_app.sends")
 Status = SendBatch.Status
 
-#: The statuses a batch can be paused from.
-PAUSABLE = (Status.SCHEDULED, Status.SENDING)
+#: Scheduled or sending: the statuses in which a batch has lanes, can be paused or fail.
+ACTIVE = (Status.SCHEDULED, Status.SENDING)
 
 
 def transition(
@@ -43,7 +43,7 @@ def transition(
 
 def pause(batch_id: int, *, reason: str, by: Any = None) -> bool:
     """Pause a scheduled or sending batch with ``reason`` (audited); False if it was neither."""
-    changed = transition(batch_id, PAUSABLE, Status.PAUSED, by=by, reason=reason, lane_errors=0)
+    changed = transition(batch_id, ACTIVE, Status.PAUSED, by=by, reason=reason, lane_errors=0)
     if changed:
         record("batch", str(batch_id), "pause", by=by, reason=reason)
         if by is None:
@@ -53,7 +53,7 @@ def pause(batch_id: int, *, reason: str, by: Any = None) -> bool:
 
 def fail(batch_id: int, reason: str) -> bool:
     """Fail a batch that can never send (its audience or template is broken); audited."""
-    changed = transition(batch_id, (Status.SCHEDULED, Status.SENDING), Status.FAILED, reason=reason)
+    changed = transition(batch_id, ACTIVE, Status.FAILED, reason=reason)
     if changed:
         record("batch", str(batch_id), "fail", reason=reason)
         logger.error("batch failed batch=%s reason=%s", batch_id, reason)

@@ -20,13 +20,11 @@ from scheduler_app.conf import app_settings
 from scheduler_app.controls import record
 from scheduler_app.db import database_now
 from scheduler_app.models import Job, SendBatch
+from scheduler_app.sends import states
 from scheduler_app.sends.batches import earliest_start, enqueue_lanes, lane_jobs
 
 logger = logging.getLogger("scheduler_app.sends")
 Status = SendBatch.Status
-
-#: Statuses in which a batch needs a lane: paused, cancelled and finished ones never do.
-NEEDS_LANES = (Status.SCHEDULED, Status.SENDING)
 
 
 def revive_stranded_batches() -> list[int]:
@@ -41,7 +39,7 @@ def revive_stranded_batches() -> list[int]:
         .values("n")
     )
     stranded = (
-        SendBatch.objects.filter(status__in=NEEDS_LANES)
+        SendBatch.objects.filter(status__in=states.ACTIVE)
         .annotate(lanes=Coalesce(Subquery(live_lanes), 0))
         .filter(lanes__lt=app_settings.SEND_LANES)
     )
@@ -68,7 +66,7 @@ def _revive(batch: SendBatch, now: dt.datetime) -> bool:
         # row another transaction holds (a lane freezing the audience, another sweeper)
         # rather than wait on it in the worker's loop; SQLite: a no-op UPDATE takes the
         # write lock, after which this sweeper sees what the one before it committed.
-        batches = SendBatch.objects.filter(pk=batch.pk, status__in=NEEDS_LANES)
+        batches = SendBatch.objects.filter(pk=batch.pk, status__in=states.ACTIVE)
         if connection.vendor == "postgresql":
             locked = bool(batches.select_for_update(skip_locked=True).values_list("pk"))
         else:

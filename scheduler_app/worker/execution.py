@@ -250,18 +250,12 @@ def _unknown_task(job: ClaimedJob, exc: UnknownTask) -> Finish:
         run_at.isoformat(),
         grace_ends.isoformat(),
     )
-    return Finish(
-        job=job,
-        status=Status.PENDING,
-        outcome=Outcome.DEFERRED,
-        finished_at=now,
-        run_at=run_at,
-        refund=1,
-        error=storable_text(
-            "UnknownTask: %s Handed back for a worker that knows it; it fails if none has run "
-            "it by %s (UNKNOWN_TASK_GRACE after its scheduled time)."
-            % (exc, grace_ends.isoformat())
-        ),
+    return _defer(
+        job,
+        now,
+        run_at,
+        "UnknownTask: %s Handed back for a worker that knows it; it fails if none has run "
+        "it by %s (UNKNOWN_TASK_GRACE after its scheduled time)." % (exc, grace_ends.isoformat()),
     )
 
 
@@ -275,6 +269,18 @@ def _retry_later(job: ClaimedJob, spec: TaskSpec, exc: RetryLater) -> Finish:
             % (run_at.isoformat(), deadline.isoformat(), exc)
         )
         return fail(job, budget_error, retryable=True, spec=spec, with_traceback=False)
+    return _defer(job, now, run_at, str(exc), retry_later_deadline=deadline)
+
+
+def _defer(
+    job: ClaimedJob,
+    now: dt.datetime,
+    run_at: dt.datetime,
+    reason: str,
+    *,
+    retry_later_deadline: dt.datetime | None = None,
+) -> Finish:
+    """Return the Finish that runs the job again at ``run_at`` without using an attempt."""
     return Finish(
         job=job,
         status=Status.PENDING,
@@ -282,8 +288,8 @@ def _retry_later(job: ClaimedJob, spec: TaskSpec, exc: RetryLater) -> Finish:
         finished_at=now,
         run_at=run_at,
         refund=1,
-        error=storable_text(str(exc)),
-        retry_later_deadline=deadline,
+        error=storable_text(reason),
+        retry_later_deadline=retry_later_deadline,
     )
 
 
