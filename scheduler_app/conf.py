@@ -68,6 +68,93 @@ DEFAULTS: dict[str, Any] = {
     "UNKNOWN_TASK_GRACE": 3600.0,
 }
 
+# What each setting means, in Markdown: the settings reference in the docs is generated
+# from DEFAULTS and this dict, and a test keeps their keys the same.
+DESCRIPTIONS: dict[str, str] = {
+    "QUEUES": (
+        "The queues jobs may be scheduled on; scheduling on any other queue raises "
+        "`UnknownQueue`. `runworker` serves all of them unless given `--queue`."
+    ),
+    "CONCURRENCY": ("Jobs one worker runs at once, each in its own thread (`--concurrency`)."),
+    "CLAIM_BATCH_SIZE": ("Most jobs a worker claims in one statement (`--batch-size`)."),
+    "POLL_INTERVAL": (
+        "Longest time, in seconds, an idle worker waits before looking for due jobs again "
+        "(`--poll-interval`)."
+    ),
+    "LEASE_SECONDS": (
+        "How long a claimed job is leased to its worker. The worker renews the lease every "
+        "third of it; if the worker dies, the job runs again once the lease has expired (or "
+        "fails, if that was its last attempt) (`--lease`)."
+    ),
+    "SHUTDOWN_TIMEOUT": (
+        "On SIGTERM/SIGINT, how long a worker lets running jobs finish; jobs still running "
+        "then are handed back to the queue without using an attempt (`--shutdown-timeout`)."
+    ),
+    "DATABASE_UNAVAILABLE_TIMEOUT": (
+        "How long, in seconds, the database may stay unreachable before `runworker` gives up "
+        "and exits non-zero."
+    ),
+    "SUMMARY_INTERVAL": (
+        "Seconds between a worker's summary log lines (claimed, succeeded, failed, retried, ...)."
+    ),
+    "UNDO_SAFETY_MARGIN": (
+        "Extra seconds a job scheduled with `undo_window` waits after the window closes, so "
+        "an undo clicked at the last moment still wins."
+    ),
+    "SCHEDULES": ("Recurring schedules declared in code (see below)."),
+    "SCHEDULES_VERSION": (
+        "An integer >= 0 you raise with every change of `SCHEDULES`; during a rolling deploy "
+        "the highest version's declarations win (see Deploys below)."
+    ),
+    "SCHEDULER_INTERVAL": ("Seconds between a worker's looks for due schedule occurrences."),
+    "PROVIDERS": ("Provider name to dotted class path."),
+    "SEND_QUEUE": ("The queue send jobs run on."),
+    "SEND_LANES": ("Jobs per batch, so several workers share one send."),
+    "SEND_CHUNK_SIZE": ("Recipients a lane claims at once (it sends them one at a time)."),
+    "SEND_CLAIM_SECONDS": (
+        "How long a lane's claim on its chunk lasts; the lane extends it while it works. "
+        "After a crash, the chunk's unsent recipients go to another lane once it expires. "
+        "Keep it well above your longest provider call (e.g. set `EMAIL_TIMEOUT`): a call "
+        "still running when its claim expires may be repeated by another lane."
+    ),
+    "RECIPIENT_MAX_ATTEMPTS": (
+        "Attempts per recipient: transient errors, and crashes of the lane while it was "
+        "sending to that recipient."
+    ),
+    "BREAKER_WINDOW": (
+        "The automatic breaker looks at this many latest attempts of a batch (per batch "
+        "overridable)."
+    ),
+    "BREAKER_THRESHOLD": (
+        "The automatic breaker pauses a batch when more than this share of its last "
+        "`BREAKER_WINDOW` attempts failed (per batch overridable)."
+    ),
+    "PROGRESS_LOG_EVERY": ("A progress log line every N recipients."),
+    "SUPPRESSION_CHECK": (
+        "Dotted path to `f(addresses, batch) -> {address: reason}`: recipients to skip at "
+        "send time."
+    ),
+    "LARGE_BATCH": ("Checklist: no two batches of at least this many recipients ..."),
+    "LARGE_BATCH_WINDOW": ("... scheduled within this many seconds of each other."),
+    "CHECKLIST_RELAX": ("Checklist items that do not block scheduling."),
+    "DRY_RUN_SHORT_BODY": ("Dry-runs flag bodies shorter than this."),
+    "MESSAGE_ID_DOMAIN": (
+        "The domain of the Message-IDs the `email` provider sets (`<hash of the idempotency "
+        "key>@domain`), the same on every host so a re-send after a crash carries the same "
+        "one; `None` means the domain of `DEFAULT_FROM_EMAIL`. Must be a plausible domain "
+        "name (check `scheduler_app.E030`)."
+    ),
+    "DEFAULT_MAX_ATTEMPTS": ("`max_attempts` of tasks that don't set their own."),
+    "DEFAULT_TIMEOUT": (
+        "Timeout in seconds of tasks that don't set their own; `None` means no limit."
+    ),
+    "UNKNOWN_TASK_GRACE": (
+        "Seconds after its scheduled time during which a job of a task a worker does not know"
+        " (a newer deploy's) is handed back for another worker; after that it fails. `0` "
+        "fails it at once."
+    ),
+}
+
 
 class AppSettings:
     """Attribute access to ``settings.SCHEDULER_APP`` merged over DEFAULTS."""
