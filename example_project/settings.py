@@ -87,6 +87,8 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="demo@example.com")
 
 SCHEDULER_APP = {
     "QUEUES": ["default", "emails", "slow"],
+    # Batch messages carry one-click unsubscribe links to this origin (mail/unsubscribe/...).
+    "PUBLIC_BASE_URL": env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000"),
     "SCHEDULES": {
         # Every 2 minutes in London time; see it under Schedules in the admin.
         "demo-cleanup": {

@@ -9,7 +9,10 @@ class SchedulerAppConfig(AppConfig):
 
     def ready(self) -> None:
         from scheduler_app import checks  # noqa: F401  (registers the system checks)
+        from scheduler_app.feedback import anymail
         from scheduler_app.sends import dispatch  # noqa: F401  (registers the send tasks)
+
+        anymail.connect()
 
         # Every installed app's tasks.py registers its @task functions.
         autodiscover_modules("tasks")

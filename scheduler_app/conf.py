@@ -66,6 +66,17 @@ DEFAULTS: dict[str, Any] = {
     # Seconds after its scheduled time during which a job of a task a worker does not
     # know (a newer deploy's) is handed back for another worker; then it fails.
     "UNKNOWN_TASK_GRACE": 3600.0,
+    # Mail feedback: one-click unsubscribe, bounces and complaints (scheduler_app.feedback).
+    "PUBLIC_BASE_URL": None,
+    "UNSUBSCRIBE_MAILTO": None,
+    "UNSUBSCRIBE_SCOPE": "audience",
+    "UNSUBSCRIBE_RATE_LIMIT": 30,
+    "FEEDBACK_WEBHOOK_SECRET": None,
+    "SOFT_BOUNCE_LIMIT": 3,
+    "SOFT_BOUNCE_WINDOW": 7 * 24 * 3600.0,
+    "COMPLAINT_RATE_LIMIT": 0.003,
+    "BOUNCE_RATE_LIMIT": 0.05,
+    "FEEDBACK_MIN_SENT": 100,
 }
 
 # What each setting means, in Markdown: the settings reference in the docs is generated
@@ -152,6 +163,41 @@ DESCRIPTIONS: dict[str, str] = {
         "Seconds after its scheduled time during which a job of a task a worker does not know"
         " (a newer deploy's) is handed back for another worker; after that it fails. `0` "
         "fails it at once."
+    ),
+    "PUBLIC_BASE_URL": (
+        "The site's public `https://` origin (e.g. `'https://example.com'`), for the one-click "
+        "unsubscribe links of batch messages. `None`: batch messages carry no List-Unsubscribe "
+        "header (warning `scheduler_app.W100`)."
+    ),
+    "UNSUBSCRIBE_MAILTO": (
+        "An address that receives unsubscribe requests by mail; when set, List-Unsubscribe "
+        "also offers `mailto:` with the token in the subject."
+    ),
+    "UNSUBSCRIBE_SCOPE": (
+        "What an unsubscribe link stops: `'audience'` (the batch's audience, e.g. one "
+        "newsletter) or `'all'` (all mail sent through scheduler_app)."
+    ),
+    "UNSUBSCRIBE_RATE_LIMIT": (
+        "Requests a minute one client IP may make to the public unsubscribe URL; more get 429."
+    ),
+    "FEEDBACK_WEBHOOK_SECRET": (
+        "The shared secret of the feedback webhook's HMAC-SHA256 signature; `None` turns the "
+        "webhook off (403)."
+    ),
+    "SOFT_BOUNCE_LIMIT": (
+        "Soft bounces of one address within `SOFT_BOUNCE_WINDOW` after which it is suppressed."
+    ),
+    "SOFT_BOUNCE_WINDOW": ("Seconds over which soft bounces are counted (default 7 days)."),
+    "COMPLAINT_RATE_LIMIT": (
+        "A batch whose complaints pass this share of its sent messages is paused (0.003 is "
+        "0.3%, the most large mailbox providers tolerate); `None` turns it off."
+    ),
+    "BOUNCE_RATE_LIMIT": (
+        "A batch whose hard bounces pass this share of its sent messages is paused; `None` "
+        "turns it off."
+    ),
+    "FEEDBACK_MIN_SENT": (
+        "The complaint and bounce limits apply once a batch has sent at least this many."
     ),
 }
 

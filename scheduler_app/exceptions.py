@@ -28,6 +28,18 @@ class ValidationError(SchedulerError, ValueError):
     code = "invalid"
 
 
+class BadUnsubscribeToken(ValidationError):
+    """This unsubscribe link is not valid: it was changed, or it is not one of ours."""
+
+    code = "bad_token"
+
+
+class UnknownUnsubscribeToken(ValidationError):
+    """This unsubscribe link has expired: the message it came with is no longer on record."""
+
+    code = "unknown_token"
+
+
 class UnknownTask(ValidationError):
     """No task is registered under this name."""
 

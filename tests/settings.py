@@ -83,6 +83,8 @@ SCHEDULER_APP = {
         "noop": "tests.testapp.sending.NoopProvider",
     },
     "SUPPRESSION_CHECK": "tests.testapp.sending.suppressed",
+    "PUBLIC_BASE_URL": "https://mail.example.com",
+    "FEEDBACK_WEBHOOK_SECRET": "test-secret-of-the-feedback-webhook",
     "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
     "SEND_LANES": env.int("SCHEDULER_SEND_LANES", 2),
     "SEND_CHUNK_SIZE": env.int("SCHEDULER_SEND_CHUNK_SIZE", 100),

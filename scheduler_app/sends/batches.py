@@ -24,6 +24,7 @@ from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user, record
 from scheduler_app.db import DatabaseNow, database_now
 from scheduler_app.exceptions import SchedulerError, ValidationError
+from scheduler_app.feedback.unsubscribe import recipient_token, with_unsubscribe
 from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.schedules.per_item import local_run_time
 from scheduler_app.scheduling import JobRequest, schedule, schedule_many
@@ -299,7 +300,9 @@ def _send_seed(marker: Recipient, template: MessageTemplate, provider: Any) -> N
         logger.info("seed held by another seed send batch=%s seed=%s", marker.batch_id, marker.pk)
         return
     try:
-        message = template.render(marker.address, marker.context)
+        message = with_unsubscribe(
+            template.render(marker.address, marker.context), recipient_token(marker.pk)
+        )
         outcome = deliver(provider, message, marker.idempotency_key, marker.pk, marker.attempts + 1)
     except (RenderError, SlowDown, SenderRefused) as exc:
         outcome = Outcome(marker.pk, Recipient.Status.FAILED, error=str(exc))
@@ -327,16 +330,24 @@ def send_message(
     undo_window: dt.timedelta | float | None = None,
     owner: Any = None,
     provider: str = "email",
+    unsubscribe_scope: str | None = None,
 ) -> Job:
     """Send one email through the worker, after an undo window if given ("undo send").
 
     Returns the job; ``cancel(job.pk)`` inside the window stops it. The job
     id is the provider idempotency key, so a rerun never sends it twice.
+    An address on the suppression list (all mail, or ``unsubscribe_scope``) is
+    skipped. With ``unsubscribe_scope`` ('' for all mail, or a list name), the
+    message carries one-click List-Unsubscribe headers for that scope;
+    transactional messages leave it None and carry none.
     """
     get_provider(provider)  # fail now on an unknown provider, not in the worker
+    payload = {"to": to, "subject": subject, "text": text, "html": html, "provider": provider}
+    if unsubscribe_scope is not None:
+        payload["unsubscribe_scope"] = unsubscribe_scope
     return schedule(
         SEND_MESSAGE_TASK,
-        {"to": to, "subject": subject, "text": text, "html": html, "provider": provider},
+        payload,
         undo_window=undo_window,
         owner=owner,
         queue=app_settings.SEND_QUEUE,

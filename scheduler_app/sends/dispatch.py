@@ -35,13 +35,21 @@ from collections.abc import Callable, Iterator, Mapping
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Min
 from django.db.models.functions import Coalesce, Greatest
-from django.utils.module_loading import import_string
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.db import backend, database_now
 from scheduler_app.exceptions import RetryLater, SchedulerError
+from scheduler_app.feedback import suppressions
+from scheduler_app.feedback.unsubscribe import (
+    headers as unsubscribe_headers,
+)
+from scheduler_app.feedback.unsubscribe import (
+    message_token,
+    recipient_token,
+    with_unsubscribe,
+)
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.registry import JobContext, get_task, task
 from scheduler_app.retry import RetryPolicy
@@ -406,7 +414,7 @@ class Lane:
 
     def _send_rows(self, rows: list[tuple]) -> None:
         limited = limiter.is_limited(self.batch.rate_limit_key)
-        suppressed = _suppressed([row[2] for row in rows], self.batch)
+        suppressed = suppressions.skip_reasons([row[2] for row in rows], self.batch)
         halt = ""
         done = 0
         for done, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
@@ -436,6 +444,7 @@ class Lane:
             except RenderError as exc:
                 self._add(Outcome(recipient_id, Status.FAILED, error=str(exc)))
                 continue
+            message = with_unsubscribe(message, recipient_token(recipient_id))
             if limited:
                 self._mark()  # a marker never waits for the limiter
                 if not limiter.wait_for_token(
@@ -663,14 +672,6 @@ def _finish_lane(batch: SendBatch, counts: Mapping[str, int]) -> dict[str, int]:
     return dict(counts)
 
 
-def _suppressed(addresses: list[str], batch: SendBatch) -> dict[str, str]:
-    """Return {address: reason} for addresses the project's suppression check refuses now."""
-    path = app_settings.SUPPRESSION_CHECK
-    if not path or not addresses:
-        return {}
-    return dict(import_string(path)(addresses, batch))
-
-
 def _log_progress(batch_id: int) -> None:
     batch = SendBatch.objects.get(pk=batch_id)
     logger.info(
@@ -694,8 +695,17 @@ MESSAGE_RETRY = RetryPolicy(
 def send_message(job: JobContext) -> dict[str, str]:
     """Send one message scheduled by sends.batches.send_message; key = the job's key."""
     data = job.payload
+    scope = data.get("unsubscribe_scope")
+    suppressed = suppressions.reasons_for([data["to"]], scope or "")
+    if suppressed:
+        logger.info("message skipped job=%s reason=%s", job.job_id, suppressed[data["to"]])
+        return {"skipped": suppressed[data["to"]]}
     message = Message(
-        to=data["to"], subject=data["subject"], text=data["text"], html=data.get("html", "")
+        to=data["to"],
+        subject=data["subject"],
+        text=data["text"],
+        html=data.get("html", ""),
+        headers={} if scope is None else unsubscribe_headers(message_token(job.job_id)),
     )
     provider = get_provider(data.get("provider", "email"))
     try:

@@ -11,12 +11,16 @@ from __future__ import annotations
 import collections
 import dataclasses
 import io
+import itertools
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
+from scheduler_app.feedback.suppressions import skip_reasons
 from scheduler_app.models import SendBatch
 from scheduler_app.sends.audience import get_audience
 from scheduler_app.sends.rendering import LEFTOVER_SYNTAX, RenderError
@@ -47,9 +51,12 @@ def dry_run(batch: SendBatch) -> DryRunReport:
     first_with: dict[str, tuple[str, str]] = {}  # lower-cased address -> (key, address)
     lines = []
     short = app_settings.DRY_RUN_SHORT_BODY
-    for row in query.rows():
+    for row, suppressed in _with_suppression(query.rows(), batch):
         counts["rows"] += 1
         problems = []
+        if suppressed:
+            counts["suppressed"] += 1
+            problems.append("%s: skipped at send time" % suppressed)
         if row["key"] in keys:
             counts["duplicate_keys"] += 1
             problems.append("duplicate recipient key (sent once)")
@@ -105,6 +112,7 @@ def dry_run(batch: SendBatch) -> DryRunReport:
             "invalid_addresses",
             "duplicate_addresses",
             "duplicate_keys",
+            "suppressed",
             "problems",
         )
     }
@@ -123,6 +131,17 @@ def dry_run(batch: SendBatch) -> DryRunReport:
     )
     batch.refresh_from_db()
     return DryRunReport(path=path, summary=summary)
+
+
+def _with_suppression(
+    rows: Iterable[dict[str, Any]], batch: SendBatch, chunk: int = 1000
+) -> Iterator[tuple[dict[str, Any], str]]:
+    """Yield (row, why it would be skipped or '') for each audience row, one lookup per chunk."""
+    rows = iter(rows)
+    while part := list(itertools.islice(rows, chunk)):
+        reasons = skip_reasons([row["address"] for row in part if row["address"]], batch)
+        for row in part:
+            yield row, reasons.get(row["address"], "")
 
 
 def address_problem(address: str) -> str:

@@ -59,6 +59,8 @@ class Message:
     subject: str
     text: str
     html: str = ""
+    #: Extra headers, e.g. List-Unsubscribe on batch messages.
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

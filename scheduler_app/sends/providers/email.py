@@ -65,9 +65,16 @@ class DjangoEmailProvider:
             subject=message.subject,
             body=message.text,
             to=[message.to],
-            headers={"Message-ID": message_id, "Idempotency-Key": idempotency_key},
+            headers={
+                **message.headers,
+                "Message-ID": message_id,
+                "Idempotency-Key": idempotency_key,
+            },
             connection=self.connection,
         )
+        # django-anymail passes metadata to the ESP and back in tracking events, which
+        # ties a bounce or complaint to its recipient; other backends ignore it.
+        email.metadata = {"scheduler_key": idempotency_key}
         if message.html:
             email.attach_alternative(message.html, "text/html")
         try:

@@ -1,0 +1,60 @@
+"""django-anymail's tracking signal feeds the suppression list (connected if anymail is installed).
+
+Bounced is a hard bounce, deferred a soft bounce, complained a complaint and unsubscribed an
+unsubscribe; other events (delivered, opened, ...) are ignored. The metadata the email provider
+sets (``scheduler_key``) ties an event to its recipient; the ESP's message id is the fallback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from scheduler_app.feedback.suppressions import Feedback, Kind, record_event
+from scheduler_app.models import Suppression
+
+#: Anymail's event types that mean something to the suppression list.
+KINDS = {
+    "bounced": Kind.HARD_BOUNCE,
+    "deferred": Kind.SOFT_BOUNCE,
+    "complained": Kind.COMPLAINT,
+    "unsubscribed": Kind.UNSUBSCRIBE,
+}
+
+
+def on_tracking(sender: Any, event: Any, esp_name: str, **kwargs: Any) -> None:
+    """Record one anymail tracking event (receiver of ``anymail.signals.tracking``)."""
+    kind = KINDS.get(event.event_type)
+    if kind is None:
+        return
+    event_id = (
+        event.event_id
+        or hashlib.sha256(
+            repr((event.event_type, event.message_id, event.recipient, event.timestamp)).encode()
+        ).hexdigest()
+    )
+    record_event(
+        Feedback(
+            event_id="anymail:%s:%s" % (esp_name, event_id),
+            kind=kind,
+            source=Suppression.Source.ANYMAIL,
+            address=event.recipient or "",
+            message_id=event.message_id or "",
+            idempotency_key=str((event.metadata or {}).get("scheduler_key", "")),
+            occurred_at=event.timestamp,
+            detail=" ".join(
+                part
+                for part in (event.reject_reason, event.description, event.mta_response)
+                if part
+            ),
+        )
+    )
+
+
+def connect() -> None:
+    """Connect on_tracking to anymail's tracking signal, if anymail is installed."""
+    try:
+        from anymail.signals import tracking
+    except ImportError:
+        return
+    tracking.connect(on_tracking, dispatch_uid="scheduler_app.feedback.anymail")

@@ -1,0 +1,277 @@
+"""The suppression list: who must not be mailed, why, and the feedback events that put them there.
+
+Every batch and single message looks here at send time (``reasons_for``); unsubscribe
+links, webhooks, anymail's tracking signal, the admin, the API and CSV imports write here
+(``suppress`` / ``record_event``). An event is recorded once per source event id, so the
+same webhook delivered twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils.module_loading import import_string
+
+from scheduler_app import clock
+from scheduler_app.conf import app_settings
+from scheduler_app.controls import as_user
+from scheduler_app.models import (
+    FeedbackEvent,
+    Recipient,
+    SendBatch,
+    Suppression,
+    SuppressionRemoval,
+)
+
+logger = logging.getLogger("scheduler_app.feedback")
+
+Kind = FeedbackEvent.Kind
+Reason = Suppression.Reason
+
+#: What each kind of event does to the list: (reason, scope of the batch's audience only?).
+_SUPPRESSES = {
+    Kind.UNSUBSCRIBE: Reason.UNSUBSCRIBED,
+    Kind.HARD_BOUNCE: Reason.HARD_BOUNCE,
+    Kind.COMPLAINT: Reason.COMPLAINT,
+}
+
+
+def normalise(address: str) -> str:
+    """Return the form the list stores and compares: stripped and lower-cased."""
+    return address.strip().lower()
+
+
+def reasons_for(addresses: Iterable[str], scope: str = "") -> dict[str, str]:
+    """Return {address: reason} for the addresses suppressed for all mail or in ``scope``.
+
+    Keys are the addresses as given (any case); one query, by the unique (address, scope) index.
+    """
+    by_normal: dict[str, list[str]] = {}
+    for address in addresses:
+        by_normal.setdefault(normalise(address), []).append(address)
+    if not by_normal:
+        return {}
+    scopes = {"", scope}
+    found: dict[str, str] = {}
+    rows = Suppression.objects.filter(address__in=list(by_normal), scope__in=scopes).values_list(
+        "address", "scope", "reason"
+    )
+    for normal, row_scope, reason in rows:
+        label = Reason(reason).label
+        text = "suppressed: %s (%s)" % (label, row_scope or "all mail")
+        for address in by_normal[normal]:
+            found[address] = text
+    return found
+
+
+def skip_reasons(addresses: list[str], batch: SendBatch) -> dict[str, str]:
+    """Return {address: why} for the addresses a send of ``batch`` skips now: those on the
+    list (all mail or the batch's audience), and those the project's SUPPRESSION_CHECK refuses."""
+    path = app_settings.SUPPRESSION_CHECK
+    found = dict(import_string(path)(addresses, batch)) if path and addresses else {}
+    return {**found, **reasons_for(addresses, batch.audience)}
+
+
+def suppress(
+    address: str,
+    *,
+    reason: str,
+    source: str,
+    scope: str = "",
+    batch: SendBatch | int | None = None,
+    by: Any = None,
+    detail: str = "",
+) -> tuple[Suppression, bool]:
+    """Put ``address`` on the list in ``scope`` ('' for all mail); return (row, created).
+
+    An address already suppressed in that scope keeps its first reason.
+    """
+    batch_id = batch.pk if isinstance(batch, SendBatch) else batch
+    try:
+        with transaction.atomic():
+            row, created = Suppression.objects.get_or_create(
+                address=normalise(address),
+                scope=scope,
+                defaults={
+                    "reason": reason,
+                    "source": source,
+                    "batch_id": batch_id,
+                    "created_by": as_user(by),
+                    "detail": detail,
+                    "created_at": clock.now(),
+                },
+            )
+    except IntegrityError:  # a concurrent suppress of the same address and scope won
+        row, created = Suppression.objects.get(address=normalise(address), scope=scope), False
+    if created:
+        logger.info(
+            "address suppressed scope=%s reason=%s source=%s batch=%s",
+            scope or "all",
+            reason,
+            source,
+            batch_id,
+        )
+    return row, created
+
+
+def lift(suppression: Suppression, *, why: str, by: Any = None) -> None:
+    """Remove a suppression, recording who lifted it and why (required)."""
+    if not why.strip():
+        from scheduler_app.exceptions import ValidationError
+
+        raise ValidationError("Say why the suppression is lifted.")
+    with transaction.atomic():
+        SuppressionRemoval.objects.create(
+            address=suppression.address,
+            scope=suppression.scope,
+            was_reason=suppression.reason,
+            was_source=suppression.source,
+            why=why.strip(),
+            removed_by=as_user(by),
+            removed_at=clock.now(),
+        )
+        suppression.delete()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Feedback:
+    """One event as a source reports it; ``event_id`` must be the source's own, stable id."""
+
+    event_id: str
+    kind: str
+    source: str
+    address: str = ""
+    recipient_id: int | None = None
+    scope: str | None = None  # of an unsubscribe; None: the batch's audience or all mail
+    message_id: str = ""
+    idempotency_key: str = ""
+    occurred_at: dt.datetime | None = None
+    detail: str = ""
+
+
+def record_event(event: Feedback) -> FeedbackEvent | None:
+    """Record one feedback event and apply it; return None if it was recorded before.
+
+    Tied back to the recipient (and its batch) by the idempotency key ``<batch>:<key>``
+    or by the provider's message id. Unsubscribes suppress the address in the batch's
+    audience, hard bounces and complaints for all mail, soft bounces after
+    SOFT_BOUNCE_LIMIT of them within SOFT_BOUNCE_WINDOW. A complaint or bounce rate
+    over its limit pauses the batch.
+    """
+    recipient = _recipient_of(event)
+    address = event.address or (recipient.address if recipient else "")
+    if not address:
+        logger.warning("feedback event without an address ignored event=%s", event.event_id)
+        return None
+    try:
+        with transaction.atomic():
+            row = FeedbackEvent.objects.create(
+                event_id=event.event_id,
+                kind=event.kind,
+                source=event.source,
+                address=normalise(address),
+                batch_id=recipient.batch_id if recipient else None,
+                recipient=recipient,
+                detail=event.detail[:2000],
+                occurred_at=event.occurred_at or clock.now(),
+                recorded_at=clock.now(),
+            )
+            _apply(row, event.scope)
+    except IntegrityError:
+        logger.info("feedback event already recorded event=%s", event.event_id)
+        return None
+    if row.batch_id is not None and row.kind in (Kind.COMPLAINT, Kind.HARD_BOUNCE):
+        check_rates(row.batch_id)
+    return row
+
+
+def _apply(event: FeedbackEvent, scope: str | None) -> None:
+    if scope is None:
+        scope = unsubscribe_scope(event.batch_id) if event.kind == Kind.UNSUBSCRIBE else ""
+    if event.kind in _SUPPRESSES:
+        suppress(
+            event.address,
+            reason=_SUPPRESSES[event.kind],
+            source=event.source,
+            scope=scope,
+            batch=event.batch_id,
+            detail=event.detail,
+        )
+        return
+    # A soft bounce: suppressed once there were enough of them within the window.
+    since = event.occurred_at - dt.timedelta(seconds=app_settings.SOFT_BOUNCE_WINDOW)
+    recent = FeedbackEvent.objects.filter(
+        address=event.address, kind=Kind.SOFT_BOUNCE, occurred_at__gte=since
+    ).count()
+    if recent >= app_settings.SOFT_BOUNCE_LIMIT:
+        suppress(
+            event.address,
+            reason=Reason.SOFT_BOUNCES,
+            source=event.source,
+            batch=event.batch_id,
+            detail="%s soft bounces within %ss" % (recent, app_settings.SOFT_BOUNCE_WINDOW),
+        )
+
+
+def unsubscribe_scope(batch_id: int | None) -> str:
+    """Return the scope an unsubscribe from the batch covers (UNSUBSCRIBE_SCOPE)."""
+    if batch_id is None or app_settings.UNSUBSCRIBE_SCOPE != "audience":
+        return ""
+    return SendBatch.objects.values_list("audience", flat=True).get(pk=batch_id)
+
+
+def _recipient_of(event: Feedback) -> Recipient | None:
+    """Return the recipient row the event is about, if it can be found."""
+    if event.recipient_id is not None:
+        return Recipient.objects.filter(pk=event.recipient_id).first()
+    batch_id, _, key = event.idempotency_key.partition(":")
+    if key and batch_id.isdigit():
+        found = Recipient.objects.filter(batch_id=int(batch_id), recipient_key=key).first()
+        if found:
+            return found
+    message_id = event.message_id.strip()
+    if message_id:
+        ids = {message_id, message_id.strip("<>"), "<%s>" % message_id.strip("<>")}
+        return Recipient.objects.filter(provider_message_id__in=ids).order_by("-pk").first()
+    return None
+
+
+def batch_feedback(batch_id: int) -> dict[str, int]:
+    """Return {kind: count} of the feedback events tied to the batch (every kind, 0 if none)."""
+    counts = dict.fromkeys(Kind.values, 0)
+    rows = FeedbackEvent.objects.filter(batch_id=batch_id).values_list("kind")
+    for (kind,) in rows:
+        counts[kind] += 1
+    return counts
+
+
+def check_rates(batch_id: int) -> str:
+    """Pause the batch if its complaint or hard-bounce rate passed its limit; return why ('')."""
+    from scheduler_app.sends import states
+
+    batch = SendBatch.objects.filter(pk=batch_id).values("sent", "status").first()
+    if batch is None or batch["sent"] < app_settings.FEEDBACK_MIN_SENT:
+        return ""
+    counts = batch_feedback(batch_id)
+    for kind, limit in (
+        (Kind.COMPLAINT, app_settings.COMPLAINT_RATE_LIMIT),
+        (Kind.HARD_BOUNCE, app_settings.BOUNCE_RATE_LIMIT),
+    ):
+        rate = counts[kind] / batch["sent"]
+        if limit is not None and rate > limit:
+            reason = "%s rate %.2f%% (%s of %s sent) passed its limit of %.2f%%" % (
+                Kind(kind).label,
+                rate * 100,
+                counts[kind],
+                batch["sent"],
+                limit * 100,
+            )
+            if batch["status"] in states.ACTIVE:
+                states.pause(batch_id, reason=reason)
+            return reason
+    return ""

@@ -1,0 +1,97 @@
+"""One-click unsubscribe (RFC 8058): signed per-recipient links and the headers that carry them.
+
+A token signs what the message was: ``["r", recipient id]`` for a batch recipient,
+``["m", job id]`` for a single message sent with an unsubscribe scope. It carries no
+address, so the link works while that row is kept (see the retention settings) and
+says so afterwards. Tokens are signed with Django's signing (SECRET_KEY, and
+SECRET_KEY_FALLBACKS while you rotate it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from urllib.parse import quote
+
+from django.core import signing
+from django.urls import reverse
+
+from scheduler_app.conf import app_settings
+from scheduler_app.exceptions import BadUnsubscribeToken, UnknownUnsubscribeToken
+from scheduler_app.feedback.suppressions import unsubscribe_scope
+from scheduler_app.models import Job, Recipient
+from scheduler_app.sends.rendering import Message
+
+SALT = "scheduler_app.unsubscribe"
+
+
+def recipient_token(recipient_id: int) -> str:
+    """Return the signed token of a batch recipient's link."""
+    return signing.dumps(["r", recipient_id], salt=SALT)
+
+
+def message_token(job_id: int) -> str:
+    """Return the signed token of a single message's link."""
+    return signing.dumps(["m", job_id], salt=SALT)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Subscriber:
+    """Who a token stands for: the address, the list scope, and the batch if any."""
+
+    address: str
+    scope: str
+    batch_id: int | None = None
+    recipient_id: int | None = None
+    job_id: int | None = None
+
+
+def subscriber(token: str) -> Subscriber:
+    """Return who ``token`` stands for; raise BadUnsubscribeToken or UnknownUnsubscribeToken."""
+    try:
+        kind, pk = signing.loads(token, salt=SALT)
+    except (signing.BadSignature, ValueError, TypeError) as exc:
+        raise BadUnsubscribeToken() from exc
+    if kind == "r" and isinstance(pk, int):
+        row = Recipient.objects.filter(pk=pk).values("address", "batch_id").first()
+        if row is None:
+            raise UnknownUnsubscribeToken()
+        return Subscriber(
+            address=row["address"],
+            scope=unsubscribe_scope(row["batch_id"]),
+            batch_id=row["batch_id"],
+            recipient_id=pk,
+        )
+    if kind == "m" and isinstance(pk, int):
+        payload = Job.objects.filter(pk=pk).values_list("payload", flat=True).first()
+        if not payload or "unsubscribe_scope" not in payload:
+            raise UnknownUnsubscribeToken()
+        return Subscriber(address=payload["to"], scope=payload["unsubscribe_scope"], job_id=pk)
+    raise BadUnsubscribeToken()
+
+
+def link(token: str) -> str:
+    """Return the absolute HTTPS URL of the one-click endpoint for ``token``."""
+    base = (app_settings.PUBLIC_BASE_URL or "").rstrip("/")
+    return base + reverse("scheduler_app_feedback:unsubscribe", args=[token])
+
+
+def headers(token: str) -> Mapping[str, str]:
+    """Return the List-Unsubscribe headers for ``token`` ({} when PUBLIC_BASE_URL is unset)."""
+    if not app_settings.PUBLIC_BASE_URL:
+        return {}
+    targets = ["<%s>" % link(token)]
+    if app_settings.UNSUBSCRIBE_MAILTO:
+        targets.append(
+            "<mailto:%s?subject=%s>"
+            % (app_settings.UNSUBSCRIBE_MAILTO, quote("unsubscribe %s" % token))
+        )
+    return {
+        "List-Unsubscribe": ", ".join(targets),
+        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
+    }
+
+
+def with_unsubscribe(message: Message, token: str) -> Message:
+    """Return ``message`` with the List-Unsubscribe headers of ``token`` added."""
+    return dataclasses.replace(message, headers={**message.headers, **headers(token)})
