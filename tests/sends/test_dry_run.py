@@ -65,6 +65,7 @@ def test_dry_run_finds_injected_syntax_an_empty_render_and_a_duplicate_address(
         "invalid_addresses": 0,
         "duplicate_addresses": 1,
         "duplicate_keys": 0,
+        "suppressed": 0,
         "problems": 3,
     }
     assert report.problems == 3
