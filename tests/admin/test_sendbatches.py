@@ -141,6 +141,7 @@ def test_dry_run_action_reports_its_summary_and_links_the_downloadable_report(
         "invalid addresses 0",
         "duplicate addresses 0",
         "duplicate keys 0",
+        "suppressed 0",
         "problems 0",
     }
 
