@@ -1,0 +1,221 @@
+"""One-click unsubscribe (RFC 8058): signed headers on batch messages; POST suppresses, GET never."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import quote
+
+import pytest
+from django.core import mail, signing
+from django.test import override_settings
+
+from scheduler_app.feedback.unsubscribe import SALT, recipient_token
+from scheduler_app.models import FeedbackEvent, Job, Recipient, Suppression
+from scheduler_app.sends.batches import send_message
+from tests.helpers import running_worker, wait_for_status
+from tests.sends.helpers import recipient, run_lane_now
+from tests.testapp.models import ProviderCall
+
+LINK = re.compile(r"^<https://mail\.example\.com/mail/unsubscribe/(?P<token>[^/>]+)/>$")
+
+
+def one_click_token(message) -> str:
+    """Return the token of the message's List-Unsubscribe URL, checking both headers' shape."""
+    headers = message.extra_headers
+    assert headers["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    match = LINK.match(headers["List-Unsubscribe"])
+    assert match, headers["List-Unsubscribe"]
+    return match["token"]
+
+
+def unsubscribe_url(recipient_id: int) -> str:
+    return "/mail/unsubscribe/%s/" % recipient_token(recipient_id)
+
+
+@pytest.mark.django_db
+def test_every_batch_message_carries_a_signed_link_for_its_own_recipient(customer, make_batch):
+    for name in ("ann", "bob", "cy"):
+        customer("%s@example.com" % name, name.title())
+    batch = make_batch(provider="email")
+
+    run_lane_now(batch)
+
+    assert len(mail.outbox) == 3
+    for message in mail.outbox:
+        token = one_click_token(message)
+        kind, recipient_id = signing.loads(token, salt=SALT)
+        assert (kind, Recipient.objects.get(pk=recipient_id).address) == ("r", message.to[0])
+
+
+@pytest.mark.django_db
+@override_settings(
+    SCHEDULER_APP={
+        "PUBLIC_BASE_URL": "https://mail.example.com",
+        "UNSUBSCRIBE_MAILTO": "leave@example.com",
+    }
+)
+def test_a_mailto_target_is_offered_beside_the_https_link(customer, make_batch):
+    customer("ann@example.com", "Ann")
+    batch = make_batch(provider="email")
+
+    run_lane_now(batch)
+
+    https, mailto = mail.outbox[0].extra_headers["List-Unsubscribe"].split(", ")
+    token = LINK.match(https)["token"]
+    assert mailto == "<mailto:leave@example.com?subject=unsubscribe%%20%s>" % quote(token)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transactional_message_has_no_unsubscribe_header_unless_asked_for(client):
+    receipt = send_message("ann@example.com", "Your receipt", "Thanks, Ann.")
+    digest = send_message(
+        "bob@example.com", "Weekly digest", "Hi Bob", unsubscribe_scope="weekly-digest"
+    )
+
+    with running_worker():
+        wait_for_status(receipt, Job.Status.SUCCEEDED)
+        wait_for_status(digest, Job.Status.SUCCEEDED)
+
+    by_address = {m.to[0]: m for m in mail.outbox}
+    assert "List-Unsubscribe" not in by_address["ann@example.com"].extra_headers
+    token = one_click_token(by_address["bob@example.com"])
+    assert client.post("/mail/unsubscribe/%s/" % token).status_code == 200
+    assert Suppression.objects.filter(
+        address="bob@example.com", scope="weekly-digest", reason="unsubscribed"
+    ).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_message_to_a_suppressed_address_is_skipped_not_sent():
+    Suppression.objects.create(address="ann@example.com", reason="complaint", source="admin")
+
+    job = send_message("Ann@Example.com", "Your receipt", "Thanks, Ann.")
+    with running_worker():
+        job = wait_for_status(job, Job.Status.SUCCEEDED)
+
+    assert mail.outbox == []
+    assert job.result == {"skipped": "suppressed: complaint (all mail)"}
+
+
+@pytest.mark.django_db
+def test_a_one_click_post_suppresses_at_once_and_the_next_batch_skips_the_address(
+    client, customer, make_batch
+):
+    customer("ann@example.com", "Ann")
+    customer("bob@example.com", "Bob")
+    first = make_batch()
+    run_lane_now(first)
+    ann = recipient(first, "ann@example.com")
+
+    # What a mail client sends for List-Unsubscribe-Post: no cookie, no CSRF token.
+    response = client.post(
+        unsubscribe_url(ann.pk), {"List-Unsubscribe": "One-Click"}, enforce_csrf_checks=True
+    )
+
+    assert response.status_code == 200
+    row = Suppression.objects.get(address="ann@example.com")
+    assert (row.scope, row.reason, row.source, row.batch_id) == (
+        "tests.customers",
+        "unsubscribed",
+        "link",
+        first.pk,
+    )
+    second = make_batch(name="Summer news")
+    ProviderCall.objects.all().delete()
+    run_lane_now(second)
+    assert list(ProviderCall.objects.values_list("address", flat=True)) == ["bob@example.com"]
+    skipped = recipient(second, "ann@example.com")
+    assert (skipped.status, skipped.last_error) == (
+        "skipped",
+        "suppressed: unsubscribed (tests.customers)",
+    )
+    second.refresh_from_db()
+    assert (second.sent, second.skipped) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_a_get_shows_a_button_and_never_unsubscribes(client, customer, make_batch):
+    customer("ann@example.com", "Ann")
+    batch = make_batch()
+    run_lane_now(batch)
+    url = unsubscribe_url(recipient(batch, "ann@example.com").pk)
+
+    for _ in range(3):  # link scanners follow links, sometimes more than once
+        response = client.get(url)
+        assert response.status_code == 200
+        assert b'<form method="post">' in response.content
+        assert b"ann@example.com" in response.content
+
+    assert not Suppression.objects.exists()
+    assert not FeedbackEvent.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "token",
+    [
+        pytest.param("tampered", id="not-signed"),
+        pytest.param(signing.dumps(["r", 1], salt="another salt"), id="other-salt"),
+        pytest.param(signing.dumps(["x", 1], salt=SALT), id="unknown-kind"),
+    ],
+)
+def test_a_tampered_token_gets_a_clear_400_and_changes_nothing(client, token):
+    for method in (client.get, client.post):
+        response = method("/mail/unsubscribe/%s/" % token)
+        assert response.status_code == 400
+        assert b"This unsubscribe link is not valid" in response.content
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_link_whose_recipient_is_no_longer_on_record_says_it_expired(
+    client, customer, make_batch
+):
+    customer("ann@example.com", "Ann")
+    batch = make_batch()
+    run_lane_now(batch)
+    ann = recipient(batch, "ann@example.com")
+    url = unsubscribe_url(ann.pk)
+    Recipient.objects.filter(pk=ann.pk).delete()  # pruned by retention
+
+    response = client.post(url)
+
+    assert response.status_code == 400
+    assert b"This unsubscribe link has expired" in response.content
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_clicking_twice_counts_once_and_suppresses_again_after_a_lift(client, customer, make_batch):
+    from scheduler_app.feedback.suppressions import lift
+
+    customer("ann@example.com", "Ann")
+    batch = make_batch()
+    run_lane_now(batch)
+    url = unsubscribe_url(recipient(batch, "ann@example.com").pk)
+
+    client.post(url)
+    client.post(url)
+    assert FeedbackEvent.objects.filter(kind="unsubscribe").count() == 1
+    lift(Suppression.objects.get(), why="asked by phone to be mailed again")
+    assert not Suppression.objects.exists()
+
+    client.post(url)  # changed their mind again
+
+    assert Suppression.objects.filter(address="ann@example.com").exists()
+    assert FeedbackEvent.objects.filter(kind="unsubscribe").count() == 1
+
+
+@pytest.mark.django_db
+@override_settings(
+    SCHEDULER_APP={"PUBLIC_BASE_URL": "https://mail.example.com", "UNSUBSCRIBE_RATE_LIMIT": 3}
+)
+def test_the_public_endpoint_is_rate_limited_per_ip(client):
+    from django.core.cache import cache
+
+    cache.clear()
+    answers = [client.get("/mail/unsubscribe/x/").status_code for _ in range(4)]
+    other_ip = client.get("/mail/unsubscribe/x/", REMOTE_ADDR="10.0.0.9").status_code
+
+    assert answers == [400, 400, 400, 429]
+    assert other_ip == 400
