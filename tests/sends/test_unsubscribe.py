@@ -1,4 +1,4 @@
-"""One-click unsubscribe (RFC 8058): signed headers on batch messages; POST suppresses, GET never."""
+"""One-click unsubscribe (RFC 8058): signed headers on batch mail; POST suppresses, GET never."""
 
 from __future__ import annotations
 
