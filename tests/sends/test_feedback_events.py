@@ -1,0 +1,240 @@
+"""Bounces, complaints and unsubscribes feed one suppression list: anymail's signal, the webhook."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import json
+
+import pytest
+from anymail.signals import AnymailTrackingEvent, tracking
+from django.core import mail
+from django.test import override_settings
+
+from scheduler_app import clock
+from scheduler_app.clock import frozen_clock
+from scheduler_app.models import FeedbackEvent, SendBatch, Suppression
+from scheduler_app.sends.dry_run import dry_run
+from tests.sends.helpers import recipient, run_lane_now
+from tests.settings import SCHEDULER_APP
+
+SECRET = SCHEDULER_APP["FEEDBACK_WEBHOOK_SECRET"]
+T0 = dt.datetime(2027, 3, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def anymail_event(event_type: str, **fields) -> None:
+    """Send anymail's tracking signal as its webhook views do, for a made-up ESP."""
+    event = AnymailTrackingEvent(event_type=event_type, esp_event={}, **fields)
+    tracking.send(sender=object, event=event, esp_name="TestESP")
+
+
+def post_webhook(client, events, *, secret: str = SECRET):
+    body = json.dumps({"events": events}).encode()
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return client.post(
+        "/mail/feedback/",
+        body,
+        content_type="application/json",
+        headers={"X-Scheduler-Signature": signature},
+    )
+
+
+@pytest.fixture
+def sent_batch(customer, make_batch):
+    """A batch sent through the email provider to ann, bob and cy."""
+    for name in ("ann", "bob", "cy"):
+        customer("%s@example.com" % name, name.title())
+    batch = make_batch(provider="email")
+    run_lane_now(batch)
+    return batch
+
+
+@pytest.mark.django_db
+def test_anymail_bounce_complaint_and_unsubscribe_events_suppress_and_tie_back(sent_batch):
+    keys = {m.to[0]: m.metadata["scheduler_key"] for m in mail.outbox}
+
+    anymail_event(
+        "bounced",
+        event_id="ev-1",
+        recipient="ann@example.com",
+        metadata={"scheduler_key": keys["ann@example.com"]},
+        reject_reason="bounced",
+        description="550 mailbox unknown",
+    )
+    anymail_event("complained", event_id="ev-2", recipient="bob@example.com")
+    anymail_event(
+        "unsubscribed",
+        event_id="ev-3",
+        recipient="cy@example.com",
+        metadata={"scheduler_key": keys["cy@example.com"]},
+    )
+    anymail_event("delivered", event_id="ev-4", recipient="cy@example.com")  # ignored
+
+    rows = {s.address: (s.reason, s.source, s.scope) for s in Suppression.objects.all()}
+    assert rows == {
+        "ann@example.com": ("hard_bounce", "anymail", ""),
+        "bob@example.com": ("complaint", "anymail", ""),
+        "cy@example.com": ("unsubscribed", "anymail", "tests.customers"),
+    }
+    ann = FeedbackEvent.objects.get(event_id="anymail:TestESP:ev-1")
+    assert (ann.batch_id, ann.recipient_id) == (
+        sent_batch.pk,
+        recipient(sent_batch, "ann@example.com").pk,
+    )
+    assert "550 mailbox unknown" in ann.detail
+    # bob's event carried no key: not tied to a batch, still suppressed for all mail.
+    assert FeedbackEvent.objects.get(event_id="anymail:TestESP:ev-2").batch_id is None
+
+
+@pytest.mark.django_db
+def test_an_event_is_tied_back_by_the_provider_message_id(sent_batch):
+    ann = recipient(sent_batch, "ann@example.com")
+
+    anymail_event("complained", event_id="ev-9", message_id=ann.provider_message_id.strip("<>"))
+
+    event = FeedbackEvent.objects.get()
+    assert (event.recipient_id, event.batch_id, event.address) == (
+        ann.pk,
+        sent_batch.pk,
+        "ann@example.com",
+    )
+    assert Suppression.objects.get().address == "ann@example.com"
+
+
+@pytest.mark.django_db
+def test_the_same_event_twice_changes_nothing(sent_batch):
+    for _ in range(2):
+        anymail_event("bounced", event_id="ev-1", recipient="ann@example.com")
+    assert FeedbackEvent.objects.count() == 1
+    assert Suppression.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_soft_bounces_suppress_only_after_the_limit_within_the_window():
+    with frozen_clock(T0) as clock_:
+        for n in range(2):
+            anymail_event(
+                "deferred", event_id="old-%s" % n, recipient="ann@example.com", timestamp=T0
+            )
+        clock_.advance(dt.timedelta(days=8))  # those two are outside the 7-day window now
+        later = clock.now()
+        for n in range(2):
+            anymail_event(
+                "deferred", event_id="new-%s" % n, recipient="ann@example.com", timestamp=later
+            )
+        assert not Suppression.objects.exists()
+
+        anymail_event("deferred", event_id="new-2", recipient="ANN@example.com", timestamp=later)
+
+    row = Suppression.objects.get()
+    assert (row.address, row.reason) == ("ann@example.com", "soft_bounces")
+
+
+@pytest.mark.django_db
+def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_batch):
+    bob = recipient(sent_batch, "bob@example.com")
+    events = [
+        {"id": "w1", "type": "hard_bounce", "address": "ann@example.com"},
+        {"id": "w2", "type": "complaint", "key": "%s:%s" % (sent_batch.pk, bob.recipient_key)},
+    ]
+
+    first = post_webhook(client, events)
+    again = post_webhook(client, events)
+
+    assert (first.status_code, first.json()) == (200, {"recorded": 2, "duplicates": 0})
+    assert again.json() == {"recorded": 0, "duplicates": 2}
+    assert FeedbackEvent.objects.get(event_id="webhook:w2").recipient_id == bob.pk
+    assert set(Suppression.objects.values_list("address", "reason")) == {
+        ("ann@example.com", "hard_bounce"),
+        ("bob@example.com", "complaint"),
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([{"id": "1", "type": "opened", "address": "a@example.com"}], "has type 'opened'"),
+        ([{"type": "complaint", "address": "a@example.com"}], 'needs an "id"'),
+        ([{"id": "1", "type": "complaint"}], "needs an address, a message_id or a key"),
+        ([{"id": 1, "type": "complaint", "address": "a@b.c"}], "'id' must be a string"),
+        ([{"id": "1", "type": "complaint", "address": "a\x00@b.c"}], "without NUL"),
+        (
+            [{"id": "1", "type": "complaint", "address": "a@b.c", "occurred_at": "yesterday"}],
+            "ISO 8601",
+        ),
+        ([], "at least one event"),
+    ],
+)
+def test_bad_webhook_input_gets_a_400_that_says_what_is_wrong(client, body, message):
+    response = post_webhook(client, body)
+    assert response.status_code == 400
+    assert message in response.json()["error"]["message"]
+    assert not FeedbackEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_webhook_without_a_valid_signature_is_refused(client):
+    events = [{"id": "w1", "type": "complaint", "address": "ann@example.com"}]
+    assert post_webhook(client, events, secret="not-the-secret-at-all").status_code == 403
+    unsigned = client.post(
+        "/mail/feedback/", json.dumps({"events": events}), content_type="application/json"
+    )
+    assert unsigned.status_code == 403
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_complaint_spike_pauses_the_sending_batch(customer, make_batch):
+    with override_settings(
+        SCHEDULER_APP={**SCHEDULER_APP, "FEEDBACK_MIN_SENT": 10, "COMPLAINT_RATE_LIMIT": 0.1}
+    ):
+        for n in range(20):
+            customer("c%s@example.com" % n)
+        batch = make_batch(provider="email", expected_max_audience=100)
+        run_lane_now(batch)
+        SendBatch.objects.filter(pk=batch.pk).update(status=SendBatch.Status.SENDING)
+        keys = {m.to[0]: m.metadata["scheduler_key"] for m in mail.outbox}
+
+        for n in range(2):  # 2 of 20 is 10%: at the limit, not past it
+            address = "c%s@example.com" % n
+            anymail_event(
+                "complained",
+                event_id="c%s" % n,
+                recipient=address,
+                metadata={"scheduler_key": keys[address]},
+            )
+        batch.refresh_from_db()
+        assert batch.status == "sending"
+
+        anymail_event(
+            "complained",
+            event_id="c2",
+            recipient="c2@example.com",
+            metadata={"scheduler_key": keys["c2@example.com"]},
+        )
+
+    batch.refresh_from_db()
+    assert batch.status == "paused"
+    assert batch.status_reason == (
+        "complaint rate 15.00% (3 of 20 sent) passed its limit of 10.00%"
+    )
+
+
+@pytest.mark.django_db
+def test_the_dry_run_shows_who_would_be_skipped_and_why(customer, make_batch, settings, tmp_path):
+    settings.MEDIA_ROOT = str(tmp_path)
+    customer("ann@example.com", "Ann")
+    customer("bob@example.com", "Bob")
+    Suppression.objects.create(
+        address="bob@example.com", scope="tests.customers", reason="unsubscribed", source="link"
+    )
+    batch = make_batch(status=SendBatch.Status.DRAFT)
+
+    report = dry_run(batch)
+
+    assert report.summary["suppressed"] == 1
+    text = (tmp_path / report.path).read_text()
+    bob_line = next(line for line in text.splitlines() if "\tbob@example.com\t" in line)
+    assert bob_line.endswith("suppressed: unsubscribed (tests.customers): skipped at send time")
