@@ -28,6 +28,7 @@ from scheduler_app.admin.display import paused_banner
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.exceptions import SchedulerError
+from scheduler_app.feedback.suppressions import batch_feedback
 from scheduler_app.models import RateLimit, Recipient, SendBatch
 from scheduler_app.sends import batches
 from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
@@ -129,6 +130,7 @@ class SendBatchAdmin(admin.ModelAdmin):
             "status",
             "status_reason",
             "progress_display",
+            "feedback_display",
             "checklist_display",
             "dry_run_display",
         ]
@@ -182,6 +184,20 @@ class SendBatchAdmin(admin.ModelAdmin):
             data["skipped"],
             data["remaining"] if data["remaining"] is not None else "-",
             data["rate"],
+        )
+
+    @admin.display(description="feedback")
+    def feedback_display(self, batch: SendBatch) -> str:
+        counts = batch_feedback(batch.pk)
+        return format_html(
+            '<a href="{}?batch__id__exact={}">unsubscribes {} · hard bounces {} · soft bounces {} '
+            "· complaints {}</a>",
+            reverse("admin:scheduler_app_feedbackevent_changelist"),
+            batch.pk,
+            counts["unsubscribe"],
+            counts["hard_bounce"],
+            counts["soft_bounce"],
+            counts["complaint"],
         )
 
     @admin.display(description="pre-flight checklist")

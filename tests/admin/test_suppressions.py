@@ -1,0 +1,184 @@
+"""The suppression list in the admin: search, filter, add, lift with a reason, CSV in and out."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from scheduler_app.models import FeedbackEvent, SendBatch, Suppression, SuppressionRemoval
+from tests.admin.conftest import ACTION_CHECKBOX, client_for, get, messages_of
+
+CHANGELIST = reverse("admin:scheduler_app_suppression_changelist")
+IMPORT = reverse("admin:scheduler_app_suppression_import")
+
+
+def suppressed(address: str, **fields) -> Suppression:
+    values = {"reason": "unsubscribed", "source": "link", **fields}
+    return Suppression.objects.create(address=address, **values)
+
+
+def shown(response) -> list[str]:
+    return [row.address for row in response.context["cl"].result_list]
+
+
+@pytest.mark.django_db
+def test_search_by_address_in_any_case_and_filter_by_reason(admin):
+    suppressed("ann@example.com")
+    suppressed("bob@example.com", reason="complaint", source="webhook")
+
+    assert shown(get(admin, CHANGELIST, {"q": "ANN@Example.com"})) == ["ann@example.com"]
+    assert shown(get(admin, CHANGELIST, {"reason__exact": "complaint"})) == ["bob@example.com"]
+    assert shown(get(admin, CHANGELIST, {"source__exact": "link"})) == ["ann@example.com"]
+
+
+@pytest.mark.django_db
+def test_an_operator_adds_an_address_by_hand_normalised(admin, superuser):
+    response = admin.post(
+        reverse("admin:scheduler_app_suppression_add"),
+        {"address": " Ann@Example.COM ", "scope": "", "reason": "manual", "detail": "phone call"},
+    )
+
+    assert response.status_code == 302
+    row = Suppression.objects.get()
+    assert (row.address, row.scope, row.reason, row.source, row.created_by) == (
+        "ann@example.com",
+        "",
+        "manual",
+        "admin",
+        superuser,
+    )
+
+
+@pytest.mark.django_db
+def test_an_invalid_address_is_refused_with_a_message(admin):
+    response = admin.post(
+        reverse("admin:scheduler_app_suppression_add"),
+        {"address": "not an address", "scope": "", "reason": "manual"},
+    )
+    assert response.status_code == 200
+    assert "Enter a valid email address." in str(response.context["adminform"].form.errors)
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_lifting_asks_why_and_leaves_an_audit_row(admin, superuser):
+    row = suppressed("ann@example.com")
+    action = {"action": "lift_action", ACTION_CHECKBOX: [row.pk]}
+
+    asked = admin.post(CHANGELIST, action)
+    assert asked.status_code == 200
+    assert b"Why may these addresses be mailed again?" in asked.content
+    blank = admin.post(CHANGELIST, {**action, "apply": "yes", "why": "  "})
+    assert blank.status_code == 200
+    assert Suppression.objects.exists()
+
+    done = admin.post(CHANGELIST, {**action, "apply": "yes", "why": "re-subscribed by form"})
+
+    assert messages_of(done) == [("success", "Lifted 1 suppression(s).")]
+    assert not Suppression.objects.exists()
+    audit = SuppressionRemoval.objects.get()
+    assert (audit.address, audit.was_reason, audit.why, audit.removed_by) == (
+        "ann@example.com",
+        "unsubscribed",
+        "re-subscribed by form",
+        superuser,
+    )
+
+
+@pytest.mark.django_db
+def test_nobody_deletes_a_suppression_without_saying_why(admin, staff):
+    row = suppressed("ann@example.com")
+    actions = dict(get(admin, CHANGELIST).context["action_form"].fields["action"].choices)
+    assert "delete_selected" not in actions
+    assert "lift_action" in actions
+    delete_url = reverse("admin:scheduler_app_suppression_delete", args=[row.pk])
+    assert admin.post(delete_url, {"post": "yes"}).status_code == 403
+    viewer = client_for(staff("viewer", "view_suppression"))
+    lift = {"action": "lift_action", ACTION_CHECKBOX: [row.pk], "apply": "yes", "why": "x"}
+    assert "lift_action" not in dict(
+        get(viewer, CHANGELIST).context["action_form"].fields["action"].choices
+    )
+    viewer.post(CHANGELIST, lift)
+    assert Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_export_writes_csv_that_a_spreadsheet_will_not_run(admin):
+    good = suppressed("ann@example.com", scope="newsletter")
+    evil = suppressed("bob@example.com", detail='=HYPERLINK("http://x")')
+
+    response = admin.post(
+        CHANGELIST, {"action": "export_action", ACTION_CHECKBOX: [good.pk, evil.pk]}
+    )
+
+    assert response["Content-Type"] == "text/csv; charset=utf-8"
+    rows = list(csv.DictReader(io.StringIO(response.content.decode())))
+    assert [(r["address"], r["scope"], r["reason"]) for r in rows] == [
+        ("ann@example.com", "newsletter", "unsubscribed"),
+        ("bob@example.com", "", "unsubscribed"),
+    ]
+    assert rows[1]["detail"].startswith("'=")
+
+
+@pytest.mark.django_db
+def test_import_adds_every_line_or_none_and_names_the_bad_lines(admin):
+    suppressed("cy@example.com", reason="complaint")
+    good = (
+        "address,scope,reason\n"
+        "Ann@example.com,newsletter,\n"
+        "bob@example.com,,hard_bounce\n"
+        "cy@example.com,,\n"
+    )
+    bad = "address,reason\nann@example.com,\nnot-an-address,\nbob@example.com,angry\n"
+
+    refused = admin.post(IMPORT, {"file": SimpleUploadedFile("s.csv", bad.encode())})
+    assert refused.status_code == 200
+    errors = str(refused.context["form"].errors)
+    assert "Line 3: &#x27;not-an-address&#x27; is not an email address." in errors
+    assert "Line 4: unknown reason &#x27;angry&#x27;." in errors
+    assert Suppression.objects.count() == 1
+
+    done = admin.post(IMPORT, {"file": SimpleUploadedFile("s.csv", good.encode())})
+
+    assert messages_of(done) == [("success", "Imported 2 address(es); 1 were already suppressed.")]
+    rows = set(Suppression.objects.values_list("address", "scope", "reason", "source"))
+    assert rows == {
+        ("ann@example.com", "newsletter", "manual", "import"),
+        ("bob@example.com", "", "hard_bounce", "import"),
+        ("cy@example.com", "", "complaint", "link"),
+    }
+
+
+@pytest.mark.django_db
+def test_a_file_without_an_address_header_is_refused(admin):
+    response = admin.post(
+        IMPORT, {"file": SimpleUploadedFile("s.csv", b"email\nann@example.com\n")}
+    )
+    assert "The first line must be a header naming an" in str(response.context["form"].errors)
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_batch_page_shows_its_unsubscribes_bounces_and_complaints(admin):
+    batch = SendBatch.objects.create(
+        name="News",
+        subject_template="s",
+        text_template="t",
+        audience="tests.customers",
+        expected_max_audience=10,
+        status=SendBatch.Status.COMPLETED,
+    )
+    for n, kind in enumerate(["unsubscribe", "unsubscribe", "hard_bounce", "complaint"]):
+        FeedbackEvent.objects.create(
+            event_id="e%s" % n, kind=kind, source="webhook", address="a@b.c", batch=batch
+        )
+
+    page = get(admin, reverse("admin:scheduler_app_sendbatch_change", args=[batch.pk]))
+
+    assert (
+        "unsubscribes 2 · hard bounces 1 · soft bounces 0 · complaints 1" in page.content.decode()
+    )
