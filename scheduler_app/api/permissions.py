@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from scheduler_app.models import Job, SendBatch
+from scheduler_app.models import Job, SendBatch, Suppression
 
 #: Staff with this permission may see and cancel every job.
 CHANGE_ANY_JOB = "scheduler_app.change_job"
@@ -21,6 +21,8 @@ CHANGE_ANY_BATCH = "scheduler_app.change_sendbatch"
 RESUME_BATCHES = "scheduler_app.resume_sendbatch"
 #: Needed to send a message (POST messages/): without it the API is no open relay.
 SEND_MESSAGES = "scheduler_app.send_message"
+#: Staff with this permission see every suppression and add them in any scope (all mail too).
+ADD_ANY_SUPPRESSION = "scheduler_app.add_suppression"
 
 
 def acts_on_all(user: Any, permission: str) -> bool:
@@ -45,3 +47,17 @@ def visible_jobs(user: Any) -> QuerySet[Job]:
 def visible_batches(user: Any) -> QuerySet[SendBatch]:
     """Return the send batches ``user`` may see and act on."""
     return visible_to(user, SendBatch.objects.all(), permission=CHANGE_ANY_BATCH)
+
+
+def own_audiences(user: Any) -> set[str]:
+    """Return the audiences of the send batches ``user`` owns: the scopes they manage."""
+    if user is None or not user.is_authenticated:
+        return set()
+    return set(SendBatch.objects.filter(owner=user).values_list("audience", flat=True))
+
+
+def visible_suppressions(user: Any) -> QuerySet[Suppression]:
+    """Return the suppressions ``user`` may see: those in their own audiences, or all."""
+    if acts_on_all(user, ADD_ANY_SUPPRESSION):
+        return Suppression.objects.all()
+    return Suppression.objects.filter(scope__in=own_audiences(user))

@@ -10,11 +10,13 @@ from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from scheduler_app.cancellation import CancelOutcome
-from scheduler_app.models import Job, SendBatch
+from scheduler_app.models import Job, SendBatch, Suppression
 from scheduler_app.sends.batches import batch_progress
 
 #: Not blank: at least one character other than whitespace.
 NOT_BLANK = RegexValidator(r"\S", message="This field may not be blank.")
+#: Text PostgreSQL can store.
+NO_NUL = RegexValidator(r"^[^\x00]*$", message="Must not contain NUL characters.")
 #: One line, not blank (a header).
 ONE_LINE = RegexValidator(r"^[^\r\n]*\S[^\r\n]*$", message="Must be a single line, not blank.")
 
@@ -277,3 +279,30 @@ class MessageScheduledSerializer(serializers.Serializer):
     job = serializers.IntegerField(help_text="The job that sends it; see jobs/{id}/.")
     undo_deadline = serializers.DateTimeField(help_text="Undo works only before this time.")
     undo_url = serializers.URLField(help_text="POST here to undo it.")
+
+
+@extend_schema_serializer(component_name="SchedulerSuppression")
+class SuppressionSerializer(serializers.ModelSerializer):
+    """An address that batches of its scope (or all mail) skip."""
+
+    class Meta:
+        model = Suppression
+        fields = ["address", "scope", "reason", "source", "created_at"]
+        read_only_fields = fields
+
+
+class SuppressionCreateSerializer(serializers.Serializer):
+    """Suppress an address in one of your audiences."""
+
+    address = StrictEmailField(max_length=320, help_text="Stored lower-cased.")
+    scope = StrictCharField(
+        max_length=100,
+        help_text="The audience name of one of your send batches (staff with "
+        "scheduler_app.add_suppression may also give '' for all mail).",
+        allow_blank=True,
+        validators=[NO_NUL],
+    )
+    reason = serializers.ChoiceField(
+        choices=Suppression.Reason.choices, default=Suppression.Reason.MANUAL
+    )
+    detail = StrictCharField(required=False, allow_blank=True, default="", validators=[NO_NUL])

@@ -4,7 +4,7 @@
 
 Routes (below the prefix): ``jobs/``, ``jobs/<id>/``, ``jobs/<id>/cancel/``,
 ``jobs/<id>/undo/``; ``batches/``, ``batches/<id>/`` and its ``pause/``,
-``resume/``, ``cancel/`` and ``undo/``; ``messages/``; the OpenAPI schema at
+``resume/``, ``cancel/`` and ``undo/``; ``messages/``; ``suppressions/``; the OpenAPI schema at
 ``schema/`` and its docs page at ``docs/``. URL names live in the ``scheduler_app_api`` namespace.
 """
 
@@ -15,6 +15,7 @@ import re
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
+from scheduler_app.api.suppressions import SuppressionViewSet
 from scheduler_app.api.views import (
     BatchViewSet,
     DocsView,
@@ -30,6 +31,7 @@ router = SimpleRouter()
 router.register("jobs", JobViewSet, basename="job")
 router.register("batches", BatchViewSet, basename="batch")
 router.register("messages", MessageViewSet, basename="message")
+router.register("suppressions", SuppressionViewSet, basename="suppression")
 
 #: Each router prefix, for the catch-all below.
 _PREFIXES = "|".join(re.escape(prefix) for prefix, *_ in router.registry)

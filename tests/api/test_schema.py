@@ -24,11 +24,11 @@ from tests.api.helpers import grant, make_batch
 #: Examples per operation and generation mode; enough to hit every branch, quick enough for CI.
 MAX_EXAMPLES = 25
 #: The list operations: their cursor is opaque, so a valid-looking one may be a 400.
-LISTS = {"/api/jobs/", "/api/batches/"}
+LISTS = {"/api/jobs/", "/api/batches/", "/api/suppressions/"}
 #: Operations that answer some schema-valid requests with a 400 naming the field, by
 #: design: the list rules below, and in bodies null characters, lone surrogates and
 #: addresses Django's EmailValidator refuses, which OpenAPI cannot state.
-STRICTER_THAN_SCHEMA = {*LISTS, "/api/batches/{id}/pause/", "/api/messages/"}
+STRICTER_THAN_SCHEMA = {*LISTS, "/api/batches/{id}/pause/", "/api/messages/", "/api/suppressions/"}
 OPERATIONS = {
     ("GET", "/api/jobs/"): {"200", "400", "401"},
     ("GET", "/api/jobs/{id}/"): {"200", "401", "404"},
@@ -41,6 +41,8 @@ OPERATIONS = {
     ("POST", "/api/batches/{id}/cancel/"): {"200", "401", "403", "404", "409", "429"},
     ("POST", "/api/batches/{id}/undo/"): {"200", "401", "403", "404", "409", "429"},
     ("POST", "/api/messages/"): {"201", "400", "401", "403", "429"},
+    ("GET", "/api/suppressions/"): {"200", "400", "401"},
+    ("POST", "/api/suppressions/"): {"200", "201", "400", "401", "403", "429"},
 }
 
 

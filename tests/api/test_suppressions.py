@@ -1,0 +1,108 @@
+"""suppressions/: owners list and add suppressions for their own audiences, and only those."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from scheduler_app.models import Suppression
+from tests.api.conftest import client_for
+from tests.api.helpers import grant, make_batch
+
+URL = "/api/suppressions/"
+
+
+@pytest.fixture
+def bea(db):
+    return get_user_model().objects.create_user("bea", password="pw-bea")
+
+
+@pytest.fixture
+def rows(ada, bea):
+    make_batch(ada, audience="newsletter")
+    make_batch(bea, audience="offers")
+    Suppression.objects.create(
+        address="a@x.com", scope="newsletter", reason="unsubscribed", source="link"
+    )
+    Suppression.objects.create(
+        address="b@x.com", scope="offers", reason="unsubscribed", source="link"
+    )
+    Suppression.objects.create(address="c@x.com", scope="", reason="complaint", source="webhook")
+
+
+def addresses(response) -> list[str]:
+    assert response.status_code == 200, response.content
+    return [row["address"] for row in response.json()["results"]]
+
+
+@pytest.mark.django_db
+def test_an_owner_sees_only_the_suppressions_of_their_own_audiences(ada, bea, rows):
+    assert addresses(client_for(ada).get(URL)) == ["a@x.com"]
+    assert addresses(client_for(bea).get(URL)) == ["b@x.com"]
+    assert addresses(client_for(ada).get(URL, {"address": "A@X.com"})) == ["a@x.com"]
+    assert addresses(client_for(ada).get(URL, {"address": "b@x.com"})) == []
+
+
+@pytest.mark.django_db
+def test_staff_with_the_add_permission_see_every_scope(ada, rows):
+    staff = grant(ada, "add_suppression")
+    staff.is_staff = True
+    staff.save()
+    assert sorted(addresses(client_for(staff).get(URL))) == ["a@x.com", "b@x.com", "c@x.com"]
+
+
+@pytest.mark.django_db
+def test_an_owner_adds_a_suppression_to_their_audience_once(ada):
+    make_batch(ada, audience="newsletter")
+    client = client_for(ada)
+
+    first = client.post(URL, {"address": "Dan@X.com", "scope": "newsletter"}, format="json")
+    again = client.post(
+        URL, {"address": "dan@x.com", "scope": "newsletter", "reason": "complaint"}, format="json"
+    )
+
+    assert first.status_code == 201
+    assert first.json() == {
+        "address": "dan@x.com",
+        "scope": "newsletter",
+        "reason": "manual",
+        "source": "api",
+        "created_at": first.json()["created_at"],
+    }
+    assert (again.status_code, again.json()["reason"]) == (200, "manual")
+    row = Suppression.objects.get()
+    assert row.created_by == ada
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [
+        ({"address": "d@x.com", "scope": "offers"}, "scope", "not 'offers'"),
+        ({"address": "d@x.com", "scope": ""}, "scope", "not ''"),
+        ({"address": "not-an-address", "scope": "newsletter"}, "address", "valid email"),
+        (
+            {"address": "d@x.com", "scope": "newsletter", "reason": "angry"},
+            "reason",
+            "valid choice",
+        ),
+        ({"address": 7, "scope": "newsletter"}, "address", "valid email"),
+        ({"address": "d@x.com", "scope": "news\x00letter"}, "scope", "NUL"),
+    ],
+)
+def test_bad_input_gets_a_400_naming_the_field(ada, bea, body, field, message):
+    make_batch(ada, audience="newsletter")
+    make_batch(bea, audience="offers")
+
+    response = client_for(ada).post(URL, body, format="json")
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert message in " ".join(error["fields"][field])
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_anonymous_callers_get_401(db):
+    assert client_for(None).get(URL).status_code == 401
+    assert client_for(None).post(URL, {}, format="json").status_code == 401
