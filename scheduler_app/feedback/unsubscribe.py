@@ -1,7 +1,7 @@
 """One-click unsubscribe (RFC 8058): signed per-recipient links and the headers that carry them.
 
-A token signs what the message was: ``["r", recipient id]`` for a batch recipient,
-``["m", job id]`` for a single message sent with an unsubscribe scope. It carries no
+A token signs what the message was: ``r<recipient id>`` for a batch recipient,
+``m<job id>`` for a single message sent with an unsubscribe scope. It carries no
 address, so the link works while that row is kept (see the retention settings) and
 says so afterwards. Tokens are signed with Django's signing (SECRET_KEY, and
 SECRET_KEY_FALLBACKS while you rotate it).
@@ -10,11 +10,13 @@ SECRET_KEY_FALLBACKS while you rotate it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from urllib.parse import quote
 
+from django.conf import settings
 from django.core import signing
-from django.urls import reverse
+from django.urls import get_script_prefix, get_urlconf, reverse
 
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import BadUnsubscribeToken, UnknownUnsubscribeToken
@@ -27,12 +29,12 @@ SALT = "scheduler_app.unsubscribe"
 
 def recipient_token(recipient_id: int) -> str:
     """Return the signed token of a batch recipient's link."""
-    return signing.dumps(["r", recipient_id], salt=SALT)
+    return signing.Signer(salt=SALT).sign("r%d" % recipient_id)
 
 
 def message_token(job_id: int) -> str:
     """Return the signed token of a single message's link."""
-    return signing.dumps(["m", job_id], salt=SALT)
+    return signing.Signer(salt=SALT).sign("m%d" % job_id)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -49,10 +51,14 @@ class Subscriber:
 def subscriber(token: str) -> Subscriber:
     """Return who ``token`` stands for; raise BadUnsubscribeToken or UnknownUnsubscribeToken."""
     try:
-        kind, pk = signing.loads(token, salt=SALT)
-    except (signing.BadSignature, ValueError, TypeError) as exc:
+        value = signing.Signer(salt=SALT).unsign(token)
+    except signing.BadSignature as exc:
         raise BadUnsubscribeToken() from exc
-    if kind == "r" and isinstance(pk, int):
+    kind, digits = value[:1], value[1:]
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19):
+        raise BadUnsubscribeToken()
+    pk = int(digits)
+    if kind == "r":
         row = Recipient.objects.filter(pk=pk).values("address", "batch_id").first()
         if row is None:
             raise UnknownUnsubscribeToken()
@@ -62,7 +68,7 @@ def subscriber(token: str) -> Subscriber:
             batch_id=row["batch_id"],
             recipient_id=pk,
         )
-    if kind == "m" and isinstance(pk, int):
+    if kind == "m":
         payload = Job.objects.filter(pk=pk).values_list("payload", flat=True).first()
         if not payload or "unsubscribe_scope" not in payload:
             raise UnknownUnsubscribeToken()
@@ -72,8 +78,24 @@ def subscriber(token: str) -> Subscriber:
 
 def link(token: str) -> str:
     """Return the absolute HTTPS URL of the one-click endpoint for ``token``."""
-    base = (app_settings.PUBLIC_BASE_URL or "").rstrip("/")
-    return base + reverse("scheduler_app_feedback:unsubscribe", args=[token])
+    before, after = _link_parts(
+        app_settings.PUBLIC_BASE_URL or "",
+        get_urlconf() or settings.ROOT_URLCONF,
+        get_script_prefix(),
+    )
+    return before + token + after
+
+
+@functools.lru_cache(maxsize=16)
+def _link_parts(base: str, urlconf: str, prefix: str) -> tuple[str, str]:
+    """Return the URL around the token, reversed once (a lane builds thousands of links)."""
+    path = reverse("scheduler_app_feedback:unsubscribe", args=[_MARKER], urlconf=urlconf)
+    before, after = path.split(_MARKER)
+    return base.rstrip("/") + before, after
+
+
+#: Stands for the token while the URL is reversed; tokens never contain it.
+_MARKER = "SCHEDULERTOKEN"
 
 
 def headers(token: str) -> Mapping[str, str]:
