@@ -19,10 +19,18 @@ from typing import Any
 from docutils import nodes
 from sphinx.application import Sphinx
 from sphinx.environment import BuildEnvironment
-from sphinx.errors import ExtensionError
+from sphinx.errors import SphinxError
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
+
+
+class MissingTests(SphinxError):
+    """The docs name tests that pytest does not collect (or pytest cannot collect at all)."""
+
+    category = "Tests named in the docs are missing"
+
+
 NODE_ID = re.compile(r"tests/[\w/]+\.py::[\w\[\]\-.:,]+")
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,7 +74,7 @@ def collected_tests() -> set[str]:
         check=False,
     )
     if result.returncode != 0:
-        raise ExtensionError(
+        raise MissingTests(
             "pytest --collect-only failed (exit %s):\n%s%s"
             % (result.returncode, result.stdout[-3000:], result.stderr[-3000:])
         )
@@ -88,7 +96,7 @@ def check_references(app: Sphinx, env: BuildEnvironment) -> None:
                 location=(docname, line),
             )
     if missing:
-        raise ExtensionError(
+        raise MissingTests(
             "%d test(s) named in the docs are not collected by pytest: %s"
             % (len(missing), ", ".join(missing))
         )
