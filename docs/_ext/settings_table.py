@@ -70,14 +70,15 @@ class SettingsTable(SphinxDirective):
         _setup_django()
         from scheduler_app.conf import DEFAULTS, DESCRIPTIONS
 
-        lines = ["| Key | Default | Meaning | Checked by |", "| --- | --- | --- | --- |"]
+        lines = ["| Key | Default | Meaning | Checks |", "| --- | --- | --- | --- |"]
         for key, default in DEFAULTS.items():
             description = DESCRIPTIONS.get(key)
             if description is None:
                 raise self.error("scheduler_app.conf.DESCRIPTIONS has no entry for %r." % key)
-            checks = ", ".join("`%s`" % check for check in _check_ids(key)) or "—"
+            checks = ", ".join("`%s`" % check.split(".", 1)[1] for check in _check_ids(key))
             lines.append(
-                "| `%s` | %s | %s | %s |" % (key, _cell(_code(default)), _cell(description), checks)
+                "| `%s` | %s | %s | %s |"
+                % (key, _cell(_code(default)), _cell(description), checks or "—")
             )
         table = nodes.container(classes=["scheduler-settings"])
         self.state.nested_parse(StringList(lines, source="scheduler_app/conf.py"), 0, table)
