@@ -17,7 +17,6 @@ extensions = ["myst_parser", "settings_table", "test_references"]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "_ext"]
 myst_heading_anchors = 3
-myst_enable_extensions = ["deflist"]
 
 html_theme = "furo"
 html_title = "scheduler_app"
