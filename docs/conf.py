@@ -20,7 +20,5 @@ myst_heading_anchors = 3
 
 html_theme = "furo"
 html_title = "scheduler_app"
-# Nothing may load from the network (docs/check_offline.py checks the built pages).
-html_theme_options = {"footer_icons": []}
 html_static_path = ["_static"]
 html_css_files = ["settings-table.css"]
