@@ -101,10 +101,12 @@ DESCRIPTIONS: dict[str, str] = {
         "Extra seconds a job scheduled with `undo_window` waits after the window closes, so "
         "an undo clicked at the last moment still wins."
     ),
-    "SCHEDULES": ("Recurring schedules declared in code (see below)."),
+    "SCHEDULES": (
+        "Recurring schedules declared in code (see [Recurring schedules](schedules.md))."
+    ),
     "SCHEDULES_VERSION": (
         "An integer >= 0 you raise with every change of `SCHEDULES`; during a rolling deploy "
-        "the highest version's declarations win (see Deploys below)."
+        "the highest version's declarations win (see [Deploys](../deploys.md))."
     ),
     "SCHEDULER_INTERVAL": ("Seconds between a worker's looks for due schedule occurrences."),
     "PROVIDERS": ("Provider name to dotted class path."),
