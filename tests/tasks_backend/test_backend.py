@@ -6,6 +6,7 @@ import datetime as dt
 import math
 import traceback
 
+import django
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import transaction
@@ -29,6 +30,11 @@ from tests.testapp.framework_tasks import TaskFailure, add, echo, record
 pytestmark = pytest.mark.django_db
 
 BACKEND = "scheduler_app.tasks_backend.SchedulerBackend"
+
+
+def test_the_backend_is_built_on_djangos_framework_on_django_6_and_the_backport_before():
+    framework = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+    assert SchedulerBackend.__mro__[1].__module__ == framework + ".backends.base"
 
 
 def test_backend_claims_every_capability():
