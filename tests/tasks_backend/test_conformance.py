@@ -28,6 +28,7 @@ from tests.testapp.framework_tasks import (
     echo,
     fail,
     record,
+    retry_once,
     returns_a_set,
     wait_for_file,
 )
@@ -51,7 +52,8 @@ def wait_for(task, result, *statuses, timeout=30.0):
 @pytest.fixture(scope="module")
 def worker(django_db_setup):
     """Run one runworker on the "default" queue for the module's tests."""
-    process = WorkerProcess("--worker-id", "tasks-shared", "--queue", "default")
+    # A short lease: it rescues the lease of a killed worker within a second or two.
+    process = WorkerProcess("--worker-id", "tasks-shared", "--queue", "default", "--lease", "2")
     try:
         yield process
     finally:
@@ -203,3 +205,33 @@ def test_task_enqueued_in_a_rolled_back_transaction_never_runs(worker):
     assert [run.job_id for run in Run.objects.all()] == [int(committed.id), int(later.id)]
     with pytest.raises(TaskResultDoesNotExist):
         record.get_result(rolled_back.id)
+
+
+def test_retry_later_runs_the_task_again_without_using_an_attempt(worker, tmp_path):
+    """scheduler_app's RetryLater works from a Task: READY again, then SUCCESSFUL, one attempt."""
+    result = wait_for(retry_once, retry_once.enqueue(str(tmp_path / "asked")), Status.SUCCESSFUL)
+    assert result.return_value == "second run"
+    assert (result.attempts, result.errors) == (1, [])
+    assert (tmp_path / "asked").exists()
+
+
+def test_a_task_whose_worker_died_runs_again_on_another(worker, start_worker, tmp_path):
+    """SIGKILL mid-task loses nothing: after lease expiry the Task runs again, on another worker.
+
+    The lost attempt raised nothing, so it adds a worker id but no error.
+    """
+    flag = tmp_path / "flag"
+    result = wait_for_file.using(queue_name="emails").enqueue(str(flag))
+    workers = {name: start_worker("--worker-id", name, "--queue", "emails") for name in "ab"}
+    [doomed] = wait_for(wait_for_file, result, Status.RUNNING).worker_ids
+    workers[doomed].kill()
+    flag.write_text("second")
+    # Stage the lease's expiry on the row, not by waiting; the module's worker rescues it.
+    expired = timezone.now() - dt.timedelta(seconds=1)
+    assert Job.objects.filter(pk=result.id).update(lease_expires_at=expired) == 1
+
+    result = wait_for(wait_for_file, result, Status.SUCCESSFUL)
+    assert result.return_value == "second"
+    [survivor] = set(workers) - {doomed}
+    assert result.worker_ids == [doomed, survivor]
+    assert (result.attempts, result.errors) == (2, [])

@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+from scheduler_app import RetryLater
 from scheduler_app.tasks_framework import task
 from tests.testapp.models import Run
 
@@ -72,3 +73,13 @@ def wait_for_file(path, max_wait=60):
             raise TimeoutError("%s did not appear" % path)
         time.sleep(0.02)
     return flag.read_text()
+
+
+@task
+def retry_once(path):
+    """Create ``path`` and ask to run again later (RetryLater) if it is missing; then return."""
+    flag = Path(path)
+    if not flag.exists():
+        flag.write_text("asked")
+        raise RetryLater(0, reason="first run")
+    return "second run"
