@@ -26,7 +26,7 @@ from django.utils.module_loading import import_string
 
 from scheduler_app import clock, exceptions
 from scheduler_app.conf import app_settings
-from scheduler_app.exceptions import RetryLater
+from scheduler_app.exceptions import RetryLater, UnknownTask
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.registry import JobContext
 from scheduler_app.registry import task as scheduler_task
@@ -46,6 +46,7 @@ from scheduler_app.tasks_framework import (
     task_finished,
     task_started,
 )
+from scheduler_app.worker.execution import UNKNOWN_TASK_RECHECK
 
 #: The scheduler_app task whose jobs run django.tasks Tasks.
 RUNNER_TASK = "scheduler_app.django_task"
@@ -138,15 +139,18 @@ def load_result(job: Job) -> TaskResult:
 
 
 def enqueued_task(job: Job) -> Task:
-    """Return the Task a runner job runs, with the options it was enqueued with."""
+    """Return the Task a runner job runs, with the options it was enqueued with.
+
+    Raise UnknownTask if its module path names no Task in this process.
+    """
     payload = job.payload
     path = payload["task"]
     try:
         task = import_string(path)
     except ImportError as exc:
-        raise ValueError("Expected %r to point to a Task instance." % path) from exc
+        raise UnknownTask("No Task can be imported as %r: %s" % (path, exc)) from exc
     if not isinstance(task, Task):
-        raise ValueError("Expected %r to point to a Task instance." % path)
+        raise UnknownTask("%r is not a Task." % path)
     run_after = payload["run_after"]
     return task.using(
         priority=payload["priority"],
@@ -228,8 +232,20 @@ def _class_path(exception_line: str) -> str | None:
 
 @scheduler_task(name=RUNNER_TASK, retry=NO_RETRY)
 def run_django_task(job: JobContext) -> Any:
-    """Call the Task a SchedulerBackend job names with its arguments; return its JSON result."""
-    result = load_result(Job.objects.get(pk=job.job_id))
+    """Call the Task a SchedulerBackend job names with its arguments; return its JSON result.
+
+    A Task this worker cannot import (a newer deploy's) is left for a worker
+    that can, as unknown tasks are, until UNKNOWN_TASK_GRACE after its
+    scheduled time; then the job fails with UnknownTask.
+    """
+    try:
+        result = load_result(Job.objects.get(pk=job.job_id))
+    except UnknownTask as exc:
+        grace_ends = job.scheduled_for + dt.timedelta(seconds=app_settings.UNKNOWN_TASK_GRACE)
+        now = clock.now()
+        if now >= grace_ends:
+            raise
+        raise RetryLater(min(UNKNOWN_TASK_RECHECK, grace_ends - now), reason=str(exc)) from exc
     task = result.task
     sender = type(task.get_backend())
     task_started.send(sender, task_result=result)

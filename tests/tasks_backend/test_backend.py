@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import traceback
@@ -15,10 +16,12 @@ from django.utils import timezone
 
 from scheduler_app.cancellation import CancelOutcome, cancel
 from scheduler_app.checks import check_tasks_backends
-from scheduler_app.exceptions import InvalidPayload
+from scheduler_app.conf import app_settings
+from scheduler_app.exceptions import InvalidPayload, RetryLater, UnknownTask
 from scheduler_app.models import Job
+from scheduler_app.registry import JobContext
 from scheduler_app.scheduling import schedule
-from scheduler_app.tasks_backend import RUNNER_TASK, SchedulerBackend, task_error
+from scheduler_app.tasks_backend import RUNNER_TASK, SchedulerBackend, run_django_task, task_error
 from scheduler_app.tasks_framework import (
     InvalidTask,
     TaskResultDoesNotExist,
@@ -227,3 +230,25 @@ def test_checks_refuse_queues_scheduler_app_does_not_list():
     scheduler_app = {"QUEUES": ["emails"]}
     with override_settings(TASKS={"default": {"BACKEND": BACKEND}}, SCHEDULER_APP=scheduler_app):
         assert [error.id for error in check_tasks_backends()] == ["scheduler_app.E070"]
+
+
+def test_a_task_this_worker_cannot_import_waits_for_one_that_can_then_fails():
+    """As with unknown tasks: handed back until UNKNOWN_TASK_GRACE after its time, then failed."""
+    payload = {**Job.objects.get(pk=add.enqueue(1, 2).id).payload, "task": "tests.testapp.gone"}
+    job = schedule(RUNNER_TASK, payload)
+    context = JobContext(
+        job_id=job.pk,
+        task_name=RUNNER_TASK,
+        payload=job.payload,
+        payload_version=1,
+        attempt=1,
+        scheduled_for=job.scheduled_for,
+        idempotency_key=str(job.pk),
+    )
+    with pytest.raises(RetryLater, match=r"No Task can be imported as 'tests\.testapp\.gone'"):
+        run_django_task(context)
+
+    grace = dt.timedelta(seconds=app_settings.UNKNOWN_TASK_GRACE)
+    late = dataclasses.replace(context, scheduled_for=job.scheduled_for - grace)
+    with pytest.raises(UnknownTask, match=r"No Task can be imported as 'tests\.testapp\.gone'"):
+        run_django_task(late)
