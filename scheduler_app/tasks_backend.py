@@ -200,20 +200,24 @@ def task_error(error: str) -> TaskError:
     """Return the TaskError that an attempt's error text describes.
 
     Failed attempts store "Class: message" and then, for exceptions a task
-    raised, the formatted traceback; the traceback's last exception line names
-    the class by module path (Python leaves out ``builtins.``).
+    raised, the formatted traceback: the TaskError's traceback, whose last
+    exception line names the class by module path (Python leaves out
+    ``builtins.``). Other errors are reported whole.
     """
     lines = error.splitlines()
-    path = None
-    if TRACEBACK_HEADER in lines:
-        outermost = len(lines) - lines[::-1].index(TRACEBACK_HEADER)
-        exception_line = next(
-            (line for line in lines[outermost:] if line and not line[0].isspace()), ""
-        )
-        path = _class_path(exception_line)
-    elif lines:
-        path = _class_path(lines[0])
-    return TaskError(exception_class_path=path or NOT_RAISED, traceback=error)
+    if TRACEBACK_HEADER not in lines:
+        path = _class_path(lines[0]) if lines else None
+        return TaskError(exception_class_path=path or NOT_RAISED, traceback=error)
+    outermost = len(lines) - lines[::-1].index(TRACEBACK_HEADER)
+    exception_line = next(
+        (line for line in lines[outermost:] if line and not line[0].isspace()), ""
+    )
+    # What follows the "Class: message" line, as traceback.format_exception() wrote it
+    # (the worker strips the last newline).
+    return TaskError(
+        exception_class_path=_class_path(exception_line) or NOT_RAISED,
+        traceback=error.partition("\n\n")[2] + "\n",
+    )
 
 
 def _class_path(exception_line: str) -> str | None:

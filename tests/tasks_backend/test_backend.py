@@ -183,17 +183,17 @@ def test_task_error_reads_the_class_path_from_the_stored_traceback():
             return caught
 
     custom = raised(TaskFailure("boom\nsecond line"), cause=ValueError("inner"))
-    text = "TaskFailure: boom\n\n" + _traceback_of(custom)
+    text = "TaskFailure: boom\nsecond line\n\n" + _traceback_of(custom).rstrip()
     error = task_error(text)
     assert error.exception_class_path == "tests.testapp.framework_tasks.TaskFailure"
     assert error.exception_class is TaskFailure
-    assert error.traceback == text
+    assert error.traceback == _traceback_of(custom)
 
     builtin = task_error("ZeroDivisionError: x\n\n" + _traceback_of(raised(ZeroDivisionError())))
     assert builtin.exception_class_path == "builtins.ZeroDivisionError"
-    assert task_error("UnknownTask: no such task").exception_class_path == (
-        "scheduler_app.exceptions.UnknownTask"
-    )
+    unknown = task_error("UnknownTask: no such task")
+    assert unknown.exception_class_path == "scheduler_app.exceptions.UnknownTask"
+    assert unknown.traceback == "UnknownTask: no such task"
     assert task_error("Lease expired at 2030-01-01T00:00:00: worker w").exception_class_path == (
         "scheduler_app.exceptions.SchedulerError"
     )

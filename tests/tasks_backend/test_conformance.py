@@ -134,7 +134,8 @@ def test_exceptions_fail_the_task_with_class_path_and_traceback(worker):
     assert error.exception_class_path == "tests.testapp.framework_tasks.TaskFailure"
     assert error.exception_class is TaskFailure
     assert "raise TaskFailure(message)" in error.traceback
-    assert error.traceback.rstrip().endswith("tests.testapp.framework_tasks.TaskFailure: boom")
+    assert error.traceback.startswith("Traceback (most recent call last):\n")
+    assert error.traceback.endswith("\ntests.testapp.framework_tasks.TaskFailure: boom\n")
     with pytest.raises(ValueError, match="Task failed"):
         _ = result.return_value
 
