@@ -257,9 +257,9 @@ def run_django_task(job: JobContext) -> Any:
     try:
         # TypeError for what JSON cannot hold, as with Django's backends.
         value = check_payload(normalize_json(task.call(*args, **result.kwargs)))
-    except RetryLater:
+    except (RetryLater, KeyboardInterrupt):
         raise
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit fails a Task too, as with Django's backends
         error = TaskError(
             exception_class_path="%s.%s" % (type(exc).__module__, type(exc).__qualname__),
             traceback="".join(traceback.format_exception(exc)),
