@@ -1,3 +1,5 @@
+import importlib.util
+
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
@@ -11,5 +13,14 @@ class SchedulerAppConfig(AppConfig):
         from scheduler_app import checks  # noqa: F401  (registers the system checks)
         from scheduler_app.sends import dispatch  # noqa: F401  (registers the send tasks)
 
+        if _tasks_framework_installed():
+            # Registers the runner task of SchedulerBackend's jobs on every worker.
+            from scheduler_app import tasks_backend  # noqa: F401
+
         # Every installed app's tasks.py registers its @task functions.
         autodiscover_modules("tasks")
+
+
+def _tasks_framework_installed() -> bool:
+    """Return True if django.tasks (Django 6) or the django_tasks backport can be imported."""
+    return any(importlib.util.find_spec(name) for name in ("django.tasks", "django_tasks"))

@@ -88,6 +88,14 @@ SCHEDULER_APP = {
     "SEND_CHUNK_SIZE": env.int("SCHEDULER_SEND_CHUNK_SIZE", 100),
 }
 
+# django.tasks (the django_tasks backport on Django 5.2) enqueues scheduler_app jobs.
+TASKS = {
+    "default": {
+        "BACKEND": "scheduler_app.tasks_backend.SchedulerBackend",
+        "QUEUES": ["default", "emails"],
+    }
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
