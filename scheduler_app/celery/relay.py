@@ -94,20 +94,23 @@ class Relay(Worker):
         return len(claimed)
 
     def _publish(self, claimed: list[tuple[str, ClaimedJob]]) -> None:
-        if self.stopping:
-            published = 0
-        else:
-            published = publish_jobs(self.app, claimed, lease_seconds=self.options.lease_seconds)
         now = time.monotonic()
-        for queue, job in claimed[:published]:
+        # Held before publishing, so the lease thread renews them while a slow broker takes
+        # the batch, and a Celery worker may start one before the batch is done.
+        for queue, job in claimed:
             self._hold_lease(job)
             self._queue_of[job.id] = queue
             self._published_at[job.id] = now
+        published = 0
+        if not self.stopping:
+            published = publish_jobs(self.app, claimed, lease_seconds=self.options.lease_seconds)
         self._counts["published"] += published
-        for _, job in claimed[published:]:
+        unpublished = [job for _, job in claimed[published:]]
+        self._let_go(job.id for job in unpublished)
+        for job in unpublished:
             self._hand_back(job, "Relay %s could not publish it to Celery." % self.id)
-        if published < len(claimed) and not self.stopping:
-            self._broker_down_until = now + BROKER_BACKOFF
+        if unpublished and not self.stopping:
+            self._broker_down_until = time.monotonic() + BROKER_BACKOFF
 
     def _follow(self) -> None:
         """Let go of published jobs a Celery worker started; hand back those waiting too long."""

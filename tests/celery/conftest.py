@@ -91,7 +91,8 @@ class CeleryWorker(WorkerProcess):
                 "--loglevel=INFO",
             ],
             cwd=REPO,
-            env={**os.environ, **broker.env()},
+            # Persistent connections, as docs/celery.md recommends for Celery workers.
+            env={**os.environ, **broker.env(), "DATABASE_URL": database_url() + "?conn_max_age=60"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -9,7 +9,7 @@ import pytest
 from django.db.models import Count
 
 from scheduler_app import clock, controls
-from scheduler_app.cancellation import cancel
+from scheduler_app.cancellation import CancelOutcome, cancel
 from scheduler_app.celery.publishing import publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt, SendBatch
@@ -109,7 +109,7 @@ def test_a_duplicate_delivery_runs_the_handler_once(broker, celery_worker):
 def test_a_job_cancelled_before_publishing_never_runs(broker, relay, celery_worker):
     """A cancelled job is never published; a job scheduled after it runs."""
     cancelled = schedule("tests.record", {})
-    assert cancel(cancelled.pk).cancelled
+    assert cancel(cancelled.pk) == CancelOutcome.CANCELLED
     later = schedule("tests.record", {})
     celery_worker()
     relay()
