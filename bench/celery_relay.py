@@ -101,6 +101,8 @@ def start_executor(name: str, url: str, concurrency: int) -> list[WorkerProcess]
     for process in processes:
         while not process.started.wait(0.05):
             if process.proc.poll() is not None or time.monotonic() > deadline:
+                for started in processes:
+                    started.stop()
                 raise RuntimeError("%s did not start:\n%s" % (name, process.output()))
     time.sleep(1)  # the relay's LISTEN connection follows its "worker started" line
     return processes

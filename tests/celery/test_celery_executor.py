@@ -10,7 +10,7 @@ from django.db.models import Count
 
 from scheduler_app import clock, controls
 from scheduler_app.cancellation import CancelOutcome, cancel
-from scheduler_app.celery.publishing import publish_jobs
+from scheduler_app.celery.publishing import ask_for_confirms, publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt, SendBatch
 from scheduler_app.scheduling import schedule, schedule_many
@@ -178,3 +178,28 @@ def test_a_send_batch_completes_through_celery(broker, relay, celery_worker):
         message="the batch to complete",
     )
     assert_completed_once(batch, recipients)
+
+
+@pytest.mark.parametrize("broker", ["redis"], indirect=True)
+def test_a_publish_the_broker_refuses_hands_the_job_back(broker, relay):
+    """With no broker to publish to, the relay hands each claimed job back: never lost."""
+    job = schedule("tests.record", {})
+    unreachable = relay(env={"SCHEDULER_TEST_BROKER": "redis://127.0.0.1:1/0"})
+    unreachable.wait_for_output("publish failed, handing back the rest of the batch")
+    wait_until(
+        lambda: JobAttempt.objects.filter(job_id=job.pk, outcome=Outcome.INTERRUPTED).exists(),
+        message="the hand-back",
+    )
+    unreachable.kill()
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.worker_id) == (Status.PENDING, 0, "")
+    assert job.last_error.endswith("could not publish it to Celery.")
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
+def test_the_relay_publishes_to_rabbitmq_with_confirms(broker):
+    """RabbitMQ: the relay's publishes wait for the broker's confirm."""
+    app = make_app(broker.url)
+    ask_for_confirms(app)
+    with app.connection_for_write() as conn:
+        assert conn.default_channel.connection.confirm_publish is True

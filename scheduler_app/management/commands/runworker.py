@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from typing import Any
 
@@ -141,6 +142,8 @@ class Command(BaseCommand):
             app = celery_app()
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
+        # No thread runs a job here: a relay's concurrency is its published jobs per queue.
+        options = dataclasses.replace(options, concurrency=app_settings.CELERY_MAX_IN_FLIGHT)
         return Relay(
             options,
             app=app,
