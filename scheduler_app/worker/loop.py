@@ -4,6 +4,11 @@ record outcomes in batches, renew leases, rescue expired ones, stop gracefully.
 Lifecycle: ``Worker(options).run()`` blocks until ``stop()`` (or a stop
 signal, when run under ``graceful_signals``) and returns after running jobs
 finished or were handed back; it raises WorkerFatal when it cannot go on.
+
+An executor that runs jobs elsewhere subclasses Worker (the Celery relay,
+scheduler_app.celery.relay): it overrides ``_claim``, ``_free_slots`` and
+``_start_executor``, and keeps the jobs it hands on leased with ``_hold_lease``,
+so every side duty and the lease thread serve it unchanged.
 """
 
 from __future__ import annotations
@@ -49,7 +54,6 @@ from scheduler_app.worker.outcomes import CONNECTION_ERRORS, record_one
 logger = logging.getLogger("scheduler_app.worker")
 
 T = TypeVar("T")
-
 
 #: After the first job finishes, wait up to this long for more to finish, so
 #: that recording outcomes and claiming again happen in batches, not per job.

@@ -147,8 +147,7 @@ def relay(broker) -> Iterator[Callable[..., WorkerProcess]]:
             env={**broker.env(), **(env or {})},
         )
         started.append(process)
-        process.wait_for_output("worker started")
-        return process
+        return process  # not waited for: a Celery worker started next starts meanwhile
 
     try:
         yield start

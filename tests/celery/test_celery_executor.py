@@ -49,8 +49,8 @@ def test_jobs_drain_exactly_once(broker, relay, celery_worker):
     """1,000 jobs relayed to a Celery worker each run exactly once, in the Celery worker."""
     count = 1000
     job_ids = {job.pk for job in schedule_many("tests.record", [{}] * count)}
-    worker = celery_worker()
     relay_process = relay()
+    worker = celery_worker()
     wait_until(all_finished, timeout=90, interval=0.2, message="every job to finish")
 
     assert Job.objects.filter(status=Status.SUCCEEDED).count() == count
@@ -70,8 +70,8 @@ def test_sigkill_of_the_celery_worker_mid_job_runs_it_again_after_its_lease(
     """A Celery worker SIGKILLed mid-job loses nothing: after its lease the job runs again."""
     flag = tmp_path / "release"
     job = schedule("tests.block_until_flag", {"flag": str(flag)})
-    doomed = celery_worker()
     relay()
+    doomed = celery_worker()
     wait_until(lambda: Run.objects.filter(job_id=job.pk).exists(), message="the job to start")
 
     doomed.kill()
@@ -111,8 +111,8 @@ def test_a_job_cancelled_before_publishing_never_runs(broker, relay, celery_work
     cancelled = schedule("tests.record", {})
     assert cancel(cancelled.pk) == CancelOutcome.CANCELLED
     later = schedule("tests.record", {})
-    celery_worker()
     relay()
+    celery_worker()
     wait_for_status(later, Status.SUCCEEDED)
 
     assert not Run.objects.filter(job_id=cancelled.pk).exists()
@@ -169,8 +169,8 @@ def test_a_send_batch_completes_through_celery(broker, relay, celery_worker):
     """A bulk send's lanes run as Celery jobs: every recipient is sent exactly once."""
     recipients = 300
     batch = make_batch(recipients)
-    celery_worker()
     relay()
+    celery_worker()
     wait_until(
         lambda: batch_status(batch) == SendBatch.Status.COMPLETED,
         timeout=60,
