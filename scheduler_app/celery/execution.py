@@ -17,11 +17,10 @@ import time
 from collections.abc import Iterator
 
 from django.db import close_old_connections, connection
-from django.db.models import F
 
 from scheduler_app import clock
-from scheduler_app.controls import paused_scopes
-from scheduler_app.db import DatabaseNow
+from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
+from scheduler_app.db import backend
 from scheduler_app.exceptions import UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import get_task
@@ -38,22 +37,6 @@ from scheduler_app.worker.outcomes import CONNECTION_ERRORS, record_one
 
 logger = logging.getLogger("scheduler_app.celery")
 
-#: The columns of a started job, in the order ClaimedJob.from_row takes them, then its queue.
-STARTED_COLUMNS = (
-    "id",
-    "task_name",
-    "payload",
-    "payload_version",
-    "attempts",
-    "max_attempts",
-    "scheduled_for",
-    "run_at",
-    "unique_key",
-    "lease_token",
-    "retry_later_deadline",
-    "queue",
-)
-
 
 def start(
     job_id: int, lease_token: int, *, worker_id: str, lease: dt.timedelta
@@ -65,26 +48,11 @@ def start(
     spent (a duplicate delivery), or the job was handed back or rescued.
     """
     now = clock.now()
-    started = (
-        Job.objects.running()
-        .filter(pk=job_id, lease_token=lease_token)
-        .update(
-            lease_token=F("lease_token") + 1,
-            worker_id=worker_id,
-            lease_expires_at=DatabaseNow(lease),
-            started_at=now,
-        )
-    )
-    if not started:
-        return None
-    row = (
-        Job.objects.running()
-        .filter(pk=job_id, lease_token=lease_token + 1)
-        .values_list(*STARTED_COLUMNS)
-        .first()
+    row = backend().start_job(
+        job_id=job_id, token=lease_token, worker=worker_id, now=now, lease=lease
     )
     if row is None:
-        return None  # lost again in between (its lease expired at once): nothing to run
+        return None
     return ClaimedJob.from_row(row[:-1], started_at=now), row[-1]
 
 
@@ -104,7 +72,7 @@ def run_published(job_id: int, lease_token: int, *, worker_id: str, lease: dt.ti
             )
             return "refused"
         job, queue = started
-        if paused_scopes().covers(queue=queue, task_name=job.task_name):
+        if current_pauses().covers(queue=queue, task_name=job.task_name):
             finish = hand_back(
                 job, "A kill switch covers it; handed back by %s without running." % worker_id
             )
@@ -114,6 +82,20 @@ def run_published(job_id: int, lease_token: int, *, worker_id: str, lease: dt.ti
         return record(finish, worker_id=worker_id)
     finally:
         close_old_connections()
+
+
+_pauses: tuple[float, PausedScopes] | None = None  # (time.monotonic() read, scopes)
+
+
+def current_pauses() -> PausedScopes:
+    """Return the kill switches, read at most every CONTROL_REFRESH seconds per process.
+
+    The same delay as runworker's, which reads them on that cadence too.
+    """
+    global _pauses
+    if _pauses is None or time.monotonic() - _pauses[0] > CONTROL_REFRESH:
+        _pauses = (time.monotonic(), paused_scopes())
+    return _pauses[1]
 
 
 def run(job: ClaimedJob) -> Finish:
