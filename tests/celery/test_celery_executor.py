@@ -60,6 +60,8 @@ def test_jobs_drain_exactly_once(broker, relay, celery_worker):
     assert relay_process.pid != worker.pid
     succeeded = JobAttempt.objects.filter(outcome=Outcome.SUCCEEDED)
     assert succeeded.count() == count
+    # Jobs waited in the broker far longer than the 2 s lease: the relay renewed them.
+    assert JobAttempt.objects.count() == count, "leases expired or jobs were handed back"
     worker_ids = set(succeeded.values_list("worker_id", flat=True))
     assert all(worker_id.endswith(":%s" % worker.pid) for worker_id in worker_ids), worker_ids
 
