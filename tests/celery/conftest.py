@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+from django.conf import settings
 from django.test import override_settings
 
 from scheduler_app.conf import app_settings
@@ -55,17 +56,11 @@ def broker(request) -> Iterator[Broker]:
     app = make_app(url)
     with app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1)  # an unreachable broker fails the test, never skips
-    with override_settings(SCHEDULER_APP={**_user_settings(), "CELERY_QUEUE_PREFIX": prefix}):
+    with override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "CELERY_QUEUE_PREFIX": prefix}):
         yield Broker(name=request.param, url=url, prefix=prefix)
     with app.connection_for_write() as conn:
         for queue in app_settings.QUEUES:
             conn.default_channel.queue_delete(prefix + queue)
-
-
-def _user_settings() -> dict:
-    from django.conf import settings
-
-    return dict(settings.SCHEDULER_APP)
 
 
 class CeleryWorker(WorkerProcess):
