@@ -75,6 +75,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 Error("SCHEDULER_APP[%r] must be a number >= 0." % name, id="scheduler_app.E005")
             )
     errors.extend(_check_message_id_domain())
+    errors.extend(_check_celery())
 
     version = app_settings.SCHEDULES_VERSION
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
@@ -82,6 +83,48 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             Error(
                 "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer >= 0.",
                 id="scheduler_app.E006",
+            )
+        )
+    return errors
+
+
+CELERY_APP_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
+def _check_celery() -> list[Error]:
+    """Check the Celery executor's settings without importing Celery or the app."""
+    errors = []
+    app = app_settings.CELERY_APP
+    if app is not None and not (isinstance(app, str) and CELERY_APP_PATH.fullmatch(app)):
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CELERY_APP'] must be None or the dotted path to a Celery app "
+                "instance, such as 'proj.celery.app', not %r." % (app,),
+                id="scheduler_app.E060",
+            )
+        )
+    prefix = app_settings.CELERY_QUEUE_PREFIX
+    if not isinstance(prefix, str) or len(prefix) > 100:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CELERY_QUEUE_PREFIX'] must be a string of at most 100 characters.",
+                id="scheduler_app.E061",
+            )
+        )
+    in_flight = app_settings.CELERY_MAX_IN_FLIGHT
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CELERY_MAX_IN_FLIGHT'] must be a positive integer.",
+                id="scheduler_app.E062",
+            )
+        )
+    wait = app_settings.CELERY_MAX_BROKER_WAIT
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait <= 0:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CELERY_MAX_BROKER_WAIT'] must be a positive number of seconds.",
+                id="scheduler_app.E063",
             )
         )
     return errors

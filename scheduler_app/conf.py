@@ -66,6 +66,11 @@ DEFAULTS: dict[str, Any] = {
     # Seconds after its scheduled time during which a job of a task a worker does not
     # know (a newer deploy's) is handed back for another worker; then it fails.
     "UNKNOWN_TASK_GRACE": 3600.0,
+    # The Celery executor (runworker --executor celery; see docs/celery.md).
+    "CELERY_APP": None,  # dotted path to the project's Celery app instance
+    "CELERY_QUEUE_PREFIX": "scheduler_app.",  # Celery queue = prefix + job queue
+    "CELERY_MAX_IN_FLIGHT": 1000,  # published, not yet started messages per queue
+    "CELERY_MAX_BROKER_WAIT": 300.0,  # seconds a message may wait before it is published again
 }
 
 # What each setting means, in Markdown: the settings reference in the docs is generated
@@ -154,6 +159,26 @@ DESCRIPTIONS: dict[str, str] = {
         "Seconds after its scheduled time during which a job of a task a worker does not know"
         " (a newer deploy's) is handed back for another worker; after that it fails. `0` "
         "fails it at once."
+    ),
+    "CELERY_APP": (
+        "Dotted path to your project's Celery app instance (e.g. `'proj.celery.app'`), which "
+        "`runworker --executor celery` publishes jobs with. `None`: the Celery executor is "
+        "off. Only read by the relay: `runworker` without `--executor celery` never imports "
+        "Celery (check `scheduler_app.E060`)."
+    ),
+    "CELERY_QUEUE_PREFIX": (
+        "Jobs of queue `q` are published to the Celery queue `<prefix>q`; start Celery "
+        "workers with `-Q` listing those names (check `scheduler_app.E061`)."
+    ),
+    "CELERY_MAX_IN_FLIGHT": (
+        "Most jobs per queue the relay keeps published but not yet started by a Celery "
+        "worker; it claims more as they start. Bounds the broker's backlog, so no lease "
+        "expires while a message waits (check `scheduler_app.E062`)."
+    ),
+    "CELERY_MAX_BROKER_WAIT": (
+        "Seconds a published job may wait in the broker before the relay hands it back and "
+        "publishes it again (a lost message); its old message is then refused if it ever "
+        "arrives (check `scheduler_app.E063`)."
     ),
 }
 

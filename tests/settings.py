@@ -86,6 +86,10 @@ SCHEDULER_APP = {
     "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
     "SEND_LANES": env.int("SCHEDULER_SEND_LANES", 2),
     "SEND_CHUNK_SIZE": env.int("SCHEDULER_SEND_CHUNK_SIZE", 100),
+    # tests/celery: the Celery app of the relay and workers, and one queue prefix per test.
+    "CELERY_APP": "tests.celery_app.app",
+    "CELERY_QUEUE_PREFIX": env.str("SCHEDULER_CELERY_QUEUE_PREFIX", "scheduler_tests."),
+    "CELERY_MAX_BROKER_WAIT": env.float("SCHEDULER_CELERY_MAX_BROKER_WAIT", 300.0),
 }
 
 # django.tasks (the django_tasks backport on Django 5.2) enqueues scheduler_app jobs.

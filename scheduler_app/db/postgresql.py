@@ -379,3 +379,35 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
     with bound_cursor() as cursor:
         cursor.execute(MARK_RECIPIENTS, [*columns, columns[0], claim, batch_id])
         return [row[0] for row in cursor.fetchall()]
+
+
+START = f"""
+UPDATE {JOB}
+SET lease_token = lease_token + 1, worker_id = %(worker)s, started_at = %(started)s,
+    lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+RETURNING id, task_name, payload::text, payload_version, attempts, max_attempts,
+          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, queue
+"""
+"""Take a claimed job over under its lease token, moving the token on (the Celery
+executor's published -> started): of two deliveries of one message only one matches.
+Returns CLAIM's columns and the queue."""
+
+
+def start_job(
+    *, job_id: int, token: int, worker: str, now: dt.datetime, lease: dt.timedelta
+) -> tuple | None:
+    """Start the claimed job ``job_id`` if ``token`` is still its lease token (see START)."""
+    with bound_cursor() as cursor:
+        cursor.execute(
+            START,
+            {
+                "id": job_id,
+                "token": token,
+                "worker": worker,
+                "started": now,
+                "frozen": clock.frozen_at(),
+                "lease": lease,
+            },
+        )
+        return cursor.fetchone()

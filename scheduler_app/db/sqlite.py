@@ -334,3 +334,24 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
         if any(counts):
             cursor.execute(COUNT_MARKED, [*counts, batch_id])
     return kept
+
+
+START = f"""
+UPDATE {JOB}
+SET lease_token = lease_token + 1, worker_id = %s, started_at = %s, lease_expires_at = %s
+WHERE id = %s AND lease_token = %s AND status = 'running'
+RETURNING id, task_name, payload, payload_version, attempts, max_attempts,
+          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, queue
+"""
+"""Take a claimed job over under its lease token (see postgresql.START)."""
+
+
+def start_job(
+    *, job_id: int, token: int, worker: str, now: dt.datetime, lease: dt.timedelta
+) -> tuple | None:
+    """Start the claimed job ``job_id`` if ``token`` is still its lease token (see START)."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(START, [worker, adapt(now), adapt(now + lease), job_id, token])
+        row = cursor.fetchone()
+    return None if row is None else (*_convert(row[:-1]), row[-1])

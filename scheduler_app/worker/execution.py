@@ -19,7 +19,7 @@ from django.db import close_old_connections
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.exceptions import RetryLater, SchedulerError, UnknownTask
+from scheduler_app.exceptions import JobTimeout, RetryLater, SchedulerError, UnknownTask
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.registry import JobContext, TaskSpec, get_task
 
@@ -211,6 +211,22 @@ def fail(
     return Finish(
         job=job, status=Status.FAILED, outcome=Outcome.FAILED, finished_at=now, error=error
     )
+
+
+def timeout_failure(job: ClaimedJob, *, abandoned_after: float | None = None) -> Finish:
+    """Return the Finish for an attempt that ran past its task's timeout.
+
+    ``abandoned_after``: the grace, in seconds, after which its thread was given up on.
+    """
+    spec = get_task(job.task_name)
+    assert spec.timeout is not None
+    message = "Job ran longer than its %ss timeout" % spec.timeout.total_seconds()
+    if abandoned_after is not None:
+        message += " and did not return within a further %ss; its thread was abandoned" % (
+            abandoned_after
+        )
+    exc = JobTimeout(message + ".")
+    return fail(job, exc, retryable=spec.retry.should_retry(exc), spec=spec, with_traceback=False)
 
 
 def hand_back(job: ClaimedJob, reason: str) -> Finish:

@@ -4,6 +4,11 @@ record outcomes in batches, renew leases, rescue expired ones, stop gracefully.
 Lifecycle: ``Worker(options).run()`` blocks until ``stop()`` (or a stop
 signal, when run under ``graceful_signals``) and returns after running jobs
 finished or were handed back; it raises WorkerFatal when it cannot go on.
+
+An executor that runs jobs elsewhere subclasses Worker (the Celery relay,
+scheduler_app.celery.relay): it overrides ``_claim``, ``_free_slots`` and
+``_start_executor``, and keeps the jobs it hands on leased with ``_hold_lease``,
+so every side duty and the lease thread serve it unchanged.
 """
 
 from __future__ import annotations
@@ -22,13 +27,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, connection
 from django.db.models import F
 
 from scheduler_app import clock
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
 from scheduler_app.db import DatabaseNow, backend
-from scheduler_app.exceptions import JobTimeout, SchedulerError, UnknownTask
+from scheduler_app.exceptions import SchedulerError, UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import get_task
 from scheduler_app.schedules.declared import sync_declared_schedules
@@ -36,15 +41,19 @@ from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
 from scheduler_app.sends.sweeper import revive_stranded_batches
 from scheduler_app.signals import job_failed
 from scheduler_app.worker import holds, leases
-from scheduler_app.worker.execution import ClaimedJob, Finish, execute, fail, hand_back
+from scheduler_app.worker.execution import (
+    ClaimedJob,
+    Finish,
+    execute,
+    fail,
+    hand_back,
+    timeout_failure,
+)
+from scheduler_app.worker.outcomes import CONNECTION_ERRORS, record_one
 
 logger = logging.getLogger("scheduler_app.worker")
 
 T = TypeVar("T")
-
-#: The errors that mean "the database is unreachable": the worker waits and reconnects.
-#: Any other database error is about the statement, and waiting would not help.
-CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 #: After the first job finishes, wait up to this long for more to finish, so
 #: that recording outcomes and claiming again happen in batches, not per job.
@@ -307,6 +316,13 @@ class Worker:
         self._unflushed.append(hand_back(job, reason))
         self._counts["handed_back"] += 1
 
+    def _hold_lease(self, job: ClaimedJob) -> None:
+        """Renew ``job``'s lease with the running jobs' without running it here.
+
+        For executors that run jobs elsewhere (the Celery relay's published jobs).
+        """
+        self._running[job.id] = _Running(job=job, deadline=None)
+
     def _start(self, job: ClaimedJob) -> None:
         running = _Running(job=job, deadline=self._deadline(job))
         self._running[job.id] = running
@@ -395,35 +411,8 @@ class Worker:
             )
         accepted: set[int] = set()
         for finish in finishes:
-            accepted |= self._record_one(finish)
+            accepted |= record_one(finish, worker=self.id)
         return accepted
-
-    def _record_one(self, finish: Finish) -> set[int]:
-        job = finish.job
-        try:
-            return backend().finish_jobs([finish.as_row()], worker=self.id)
-        except CONNECTION_ERRORS:
-            raise
-        except DatabaseError as exc:
-            reason = "%s: %s" % (type(exc).__name__, exc)
-        logger.error(
-            "outcome refused by the database, recording it without its result and error text "
-            "job=%s task=%s error=%s",
-            job.id,
-            job.task_name,
-            reason,
-        )
-        try:
-            return backend().finish_jobs([finish.storable(reason).as_row()], worker=self.id)
-        except CONNECTION_ERRORS:
-            raise
-        except DatabaseError:
-            logger.exception(
-                "outcome dropped, its lease will expire and the job will run again job=%s task=%s",
-                job.id,
-                job.task_name,
-            )
-            return set()
 
     def _side_duties(self) -> None:
         for name, thread in (("LISTEN", self._listener), ("lease renewal", self._renewer)):
@@ -571,17 +560,8 @@ class Worker:
             )
 
     def _timeout_failure(self, job: ClaimedJob, *, abandoned: bool = False) -> Finish:
-        spec = get_task(job.task_name)
-        assert spec.timeout is not None
-        message = "Job ran longer than its %ss timeout" % spec.timeout.total_seconds()
-        if abandoned:
-            message += " and did not return within a further %ss; its thread was abandoned" % (
-                self.options.timeout_grace
-            )
-        exc = JobTimeout(message + ".")
-        return fail(
-            job, exc, retryable=spec.retry.should_retry(exc), spec=spec, with_traceback=False
-        )
+        grace = self.options.timeout_grace if abandoned else None
+        return timeout_failure(job, abandoned_after=grace)
 
     def _sleep_time(self, *, idle: bool) -> float:
         timeout = min(

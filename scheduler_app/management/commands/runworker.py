@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler_app.conf import app_settings
@@ -89,6 +91,13 @@ class Command(BaseCommand):
             "--worker-id", type=worker_id, help="Name this worker (default host:pid:random)."
         )
         parser.add_argument(
+            "--executor",
+            choices=("local", "celery"),
+            default="local",
+            help="local: run jobs in this process's threads. celery: relay them to Celery "
+            "workers (SCHEDULER_APP['CELERY_APP']); see docs/celery.md.",
+        )
+        parser.add_argument(
             "--no-scheduler",
             action="store_true",
             help="Do not enqueue recurring schedules' occurrences from this worker.",
@@ -115,9 +124,29 @@ class Command(BaseCommand):
             scheduler_interval=None if options["no_scheduler"] else app_settings.SCHEDULER_INTERVAL,
             worker_id=options["worker_id"] or default_worker_id(),
         )
-        worker = Worker(worker_options)
+        worker = self.build_worker(worker_options, options["executor"])
         with graceful_signals(worker.stop):
             try:
                 worker.run()
             except WorkerFatal as exc:
                 raise CommandError(str(exc)) from exc
+
+    def build_worker(self, options: WorkerOptions, executor: str) -> Worker:
+        if executor == "local":
+            return Worker(options)
+        # Imported here, so that a worker without --executor celery never loads Celery.
+        from scheduler_app.celery.relay import Relay
+        from scheduler_app.celery.routing import celery_app
+
+        try:
+            app = celery_app()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        # No thread runs a job here: a relay's concurrency is its published jobs per queue.
+        options = dataclasses.replace(options, concurrency=app_settings.CELERY_MAX_IN_FLIGHT)
+        return Relay(
+            options,
+            app=app,
+            max_in_flight=app_settings.CELERY_MAX_IN_FLIGHT,
+            max_broker_wait=app_settings.CELERY_MAX_BROKER_WAIT,
+        )
