@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler_app.conf import app_settings
+from scheduler_app.cursors import Cursor, Cursors
 from scheduler_app.exceptions import UnknownTask, UnsupportedPayloadVersion, ValidationError
 from scheduler_app.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from scheduler_app.targets import NO_TARGETS, Targets, build_targets
@@ -29,6 +30,12 @@ class JobContext:
     #: Returns True once the worker is shutting down: a long handler should
     #: stop at a safe point (raise RetryLater to continue elsewhere).
     should_stop: Callable[[], bool] = lambda: False
+    #: The cursors this attempt opened (see ``cursor()``); the worker saves their proposals.
+    cursors: Cursors = dataclasses.field(default_factory=Cursors)
+
+    def cursor(self, name: str) -> Cursor:
+        """Return the named sync cursor; ``advance()`` it to move it if this job succeeds."""
+        return self.cursors.open(name)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
