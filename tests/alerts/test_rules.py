@@ -247,3 +247,20 @@ def test_an_alert_stays_one_row_while_open_and_a_new_breach_opens_a_new_one():
         evaluate()
         assert Alert.objects.filter(kind=Kind.OVERDUE).count() == 2
         assert open_alerts(Kind.OVERDUE)["task:tests.noop"].pk != first.pk
+
+
+def test_a_cron_schedules_default_absence_window_covers_its_longest_gap():
+    from scheduler_app.alerts.rules import expected_cadence
+
+    weekdays = Schedule(
+        name="weekdays",
+        task_name="tests.noop",
+        cron="0 9 * * 1-5",
+        timezone="Europe/London",
+        misfire_grace=MINUTE,
+        jitter=dt.timedelta(0),
+    )
+    # Friday 09:00 to Monday 09:00 is the longest gap: 3 days x 1.1, plus the grace.
+    assert expected_cadence(weekdays, T0) == dt.timedelta(days=3) * 1.1 + MINUTE
+    weekdays.expected_every = dt.timedelta(hours=26)
+    assert expected_cadence(weekdays, T0) == dt.timedelta(hours=26)
