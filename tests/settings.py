@@ -67,6 +67,7 @@ if django.VERSION >= (6, 1):
     MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
 else:
     EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+ADMINS = [("Ops", "ops@example.com")]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "/static/"
 
@@ -90,6 +91,8 @@ SCHEDULER_APP = {
     "CELERY_APP": "tests.celery_app.app",
     "CELERY_QUEUE_PREFIX": env.str("SCHEDULER_CELERY_QUEUE_PREFIX", "scheduler_tests."),
     "CELERY_MAX_BROKER_WAIT": env.float("SCHEDULER_CELERY_MAX_BROKER_WAIT", 300.0),
+    "ALERT_INTERVAL": env.float("SCHEDULER_ALERT_INTERVAL", 60.0),
+    "WORKER_HEARTBEAT_INTERVAL": env.float("SCHEDULER_HEARTBEAT_INTERVAL", 10.0),
 }
 
 # django.tasks (the django_tasks backport on Django 5.2) enqueues scheduler_app jobs.

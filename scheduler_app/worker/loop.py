@@ -30,7 +30,8 @@ from typing import TypeVar
 from django.db import DatabaseError, connection
 from django.db.models import F
 
-from scheduler_app import clock
+from scheduler_app import clock, workers
+from scheduler_app.alerts.evaluator import evaluate_quietly
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
 from scheduler_app.db import DatabaseNow, backend
 from scheduler_app.exceptions import SchedulerError, UnknownTask
@@ -49,7 +50,7 @@ from scheduler_app.worker.execution import (
     hand_back,
     timeout_failure,
 )
-from scheduler_app.worker.outcomes import CONNECTION_ERRORS, record_one
+from scheduler_app.worker.outcomes import CONNECTION_ERRORS, finish_jobs, record_one
 
 logger = logging.getLogger("scheduler_app.worker")
 
@@ -82,6 +83,10 @@ class WorkerOptions:
     scheduler_interval: float | None = None
     #: Seconds past its timeout after which a handler's thread is abandoned (see _abandon).
     timeout_grace: float = 10.0
+    #: Seconds between heartbeat writes (the worker's row in the admin's live workers).
+    heartbeat_interval: float = 10.0
+    #: Seconds between offers to evaluate the alert rules; None: this worker never does.
+    alert_interval: float | None = None
     worker_id: str = dataclasses.field(default_factory=lambda: default_worker_id())
 
     @property
@@ -167,6 +172,12 @@ class Worker:
                 run=lambda: self._with_db(revive_stranded_batches),
             ),
             Duty(
+                name="heartbeat",
+                interval=lambda: options.heartbeat_interval,
+                run=self._heartbeat,
+                next_at=time.monotonic() + options.heartbeat_interval,
+            ),
+            Duty(
                 name="summary",
                 interval=lambda: options.summary_interval,
                 run=self._log_summary,
@@ -177,6 +188,17 @@ class Worker:
             interval = options.scheduler_interval
             self._duties.append(
                 Duty(name="scheduler", interval=lambda: interval, run=self._tick_schedules)
+            )
+        if options.alert_interval is not None:
+            every = options.alert_interval
+            # Jitter: workers started together offer to evaluate at different times.
+            self._duties.append(
+                Duty(
+                    name="alerts",
+                    interval=lambda: every * random.uniform(0.8, 1.2),
+                    run=lambda: self._with_db(evaluate_quietly),
+                    next_at=time.monotonic() + every * random.uniform(0.1, 1.0),
+                )
             )
 
     # -- lifecycle ---------------------------------------------------------
@@ -201,12 +223,18 @@ class Worker:
             self.options.batch_size,
             connection.vendor,
         )
+        self._with_db(
+            lambda: workers.worker_started(
+                self.id, queues=self.options.queues, concurrency=self.options.concurrency
+            )
+        )
         if self.options.scheduler_interval is not None:
             self._with_db(sync_declared_schedules)
         try:
             while not self.stopping:
                 self._turn()
             self._drain()
+            self._with_db(lambda: workers.worker_stopped(self.id))
         finally:
             for _ in self._threads:
                 self._inbox.put(None)
@@ -400,7 +428,7 @@ class Worker:
         surprise: it must cost only the outcome it concerns, never the batch.
         """
         try:
-            return backend().finish_jobs([f.as_row() for f in finishes], worker=self.id)
+            return finish_jobs(finishes, worker=self.id)
         except CONNECTION_ERRORS:
             raise
         except DatabaseError:
@@ -424,6 +452,16 @@ class Worker:
             if now >= duty.next_at:
                 duty.next_at = now + duty.interval()
                 duty.run()
+
+    def _heartbeat(self) -> None:
+        running = len(self._running)
+        if self._with_db(lambda: workers.heartbeat(self.id, running=running)) is False:
+            # Our row was deleted (pruned) or never written: write it again.
+            self._with_db(
+                lambda: workers.worker_started(
+                    self.id, queues=self.options.queues, concurrency=self.options.concurrency
+                )
+            )
 
     def _read_controls(self) -> None:
         paused = self._with_db(paused_scopes)

@@ -1,12 +1,14 @@
-"""Record one attempt's outcome, fenced by its lease token (runworker and Celery alike)."""
+"""Record attempts' outcomes, fenced by their lease tokens (runworker and Celery alike)."""
 
 from __future__ import annotations
 
 import logging
 
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 
+from scheduler_app.cursors import save_cursors
 from scheduler_app.db import backend
+from scheduler_app.models import Job
 from scheduler_app.worker.execution import Finish
 
 logger = logging.getLogger("scheduler_app.worker")
@@ -14,6 +16,27 @@ logger = logging.getLogger("scheduler_app.worker")
 #: The errors that mean "the database is unreachable": the worker waits and reconnects.
 #: Any other database error is about the statement, and waiting would not help.
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
+
+
+def finish_jobs(finishes: list[Finish], *, worker: str) -> set[int]:
+    """Write outcomes in one statement; return the ids whose lease token still held.
+
+    A success's cursor proposals are saved in the same transaction, and only
+    for the jobs whose outcome the fence accepted.
+    """
+    rows = [finish.as_row() for finish in finishes]
+    proposals = [
+        (finish.job.id, proposal)
+        for finish in finishes
+        if finish.status == Job.Status.SUCCEEDED
+        for proposal in finish.cursors
+    ]
+    if not proposals:
+        return backend().finish_jobs(rows, worker=worker)
+    with transaction.atomic():
+        accepted = backend().finish_jobs(rows, worker=worker)
+        save_cursors((job_id, p) for job_id, p in proposals if job_id in accepted)
+    return accepted
 
 
 def record_one(finish: Finish, *, worker: str) -> set[int]:
@@ -25,7 +48,7 @@ def record_one(finish: Finish, *, worker: str) -> set[int]:
     """
     job = finish.job
     try:
-        return backend().finish_jobs([finish.as_row()], worker=worker)
+        return finish_jobs([finish], worker=worker)
     except CONNECTION_ERRORS:
         raise
     except DatabaseError as exc:
@@ -38,7 +61,7 @@ def record_one(finish: Finish, *, worker: str) -> set[int]:
         reason,
     )
     try:
-        return backend().finish_jobs([finish.storable(reason).as_row()], worker=worker)
+        return finish_jobs([finish.storable(reason)], worker=worker)
     except CONNECTION_ERRORS:
         raise
     except DatabaseError:

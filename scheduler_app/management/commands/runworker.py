@@ -102,6 +102,11 @@ class Command(BaseCommand):
             action="store_true",
             help="Do not enqueue recurring schedules' occurrences from this worker.",
         )
+        parser.add_argument(
+            "--no-alerts",
+            action="store_true",
+            help="Do not evaluate the alert rules from this worker.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         known = list(app_settings.QUEUES)
@@ -123,6 +128,8 @@ class Command(BaseCommand):
             summary_interval=app_settings.SUMMARY_INTERVAL,
             scheduler_interval=None if options["no_scheduler"] else app_settings.SCHEDULER_INTERVAL,
             worker_id=options["worker_id"] or default_worker_id(),
+            heartbeat_interval=app_settings.WORKER_HEARTBEAT_INTERVAL,
+            alert_interval=None if options["no_alerts"] else app_settings.ALERT_INTERVAL,
         )
         worker = self.build_worker(worker_options, options["executor"])
         with graceful_signals(worker.stop):
