@@ -35,6 +35,17 @@ def positive_float(value: str) -> float:
     return number
 
 
+def port(value: str) -> int:
+    """Accept a TCP port number."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a port number" % value) from None
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError("must be from 1 to 65535, got %s" % number)
+    return number
+
+
 def worker_id(value: str) -> str:
     """Accept a name the jobs' worker_id column can hold."""
     if not 1 <= len(value) <= 200 or "\x00" in value:
@@ -93,6 +104,19 @@ class Command(BaseCommand):
             action="store_true",
             help="Do not enqueue recurring schedules' occurrences from this worker.",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            metavar="PORT",
+            help="Serve this worker's Prometheus counters on this port (needs the [metrics] "
+            "extra).",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="127.0.0.1",
+            metavar="ADDRESS",
+            help="Address the metrics port listens on (default 127.0.0.1; 0.0.0.0 for all).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         known = list(app_settings.QUEUES)
@@ -115,9 +139,28 @@ class Command(BaseCommand):
             scheduler_interval=None if options["no_scheduler"] else app_settings.SCHEDULER_INTERVAL,
             worker_id=options["worker_id"] or default_worker_id(),
         )
+        if options["metrics_port"] is not None:
+            self._serve_metrics(worker_options.worker_id, options)
         worker = Worker(worker_options)
         with graceful_signals(worker.stop):
             try:
                 worker.run()
             except WorkerFatal as exc:
                 raise CommandError(str(exc)) from exc
+
+    def _serve_metrics(self, worker_id: str, options: dict[str, Any]) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        try:
+            from scheduler_app.metrics.worker import WorkerMetrics
+        except ImproperlyConfigured as exc:
+            raise CommandError("--metrics-port: %s" % exc) from exc
+        metrics = WorkerMetrics(worker_id)
+        try:
+            metrics.serve(options["metrics_port"], options["metrics_address"])
+        except OSError as exc:
+            raise CommandError(
+                "--metrics-port: cannot listen on %s:%s: %s"
+                % (options["metrics_address"], options["metrics_port"], exc)
+            ) from exc
+        metrics.connect()
