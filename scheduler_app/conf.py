@@ -66,6 +66,18 @@ DEFAULTS: dict[str, Any] = {
     # Seconds after its scheduled time during which a job of a task a worker does not
     # know (a newer deploy's) is handed back for another worker; then it fails.
     "UNKNOWN_TASK_GRACE": 3600.0,
+    # Operability (see docs/operability.md): alerts, workers' heartbeats, stale sends.
+    "ALERT_INTERVAL": 60.0,
+    "ALERT_NOTIFIERS": ["scheduler_app.alerts.notifiers.MailAdmins"],
+    "ALERT_RENOTIFY_AFTER": 3600.0,
+    "ADMIN_BASE_URL": "",
+    "OVERDUE_AFTER": 600.0,
+    "FAILING_RATE": 0.5,
+    "FAILING_WINDOW": 3600.0,
+    "WORKER_HEARTBEAT_INTERVAL": 10.0,
+    "WORKER_LOST_AFTER": 60.0,
+    "STALE_SEND_AFTER": 3600.0,
+    "STALLED_SEND_AFTER": 900.0,
     # Prometheus metrics (scheduler_app.metrics; needs the [metrics] extra).
     "METRICS_ALLOWED_IPS": [],  # addresses or networks the metrics view serves
     "METRICS_TOKEN": None,  # or a bearer token that is served from anywhere
@@ -169,6 +181,43 @@ DESCRIPTIONS: dict[str, str] = {
         "Seconds after its scheduled time during which a job of a task a worker does not know"
         " (a newer deploy's) is handed back for another worker; after that it fails. `0` "
         "fails it at once."
+    ),
+    "ALERT_INTERVAL": (
+        "Seconds between evaluations of the alert rules; every worker offers to run them, "
+        "one at a time across hosts."
+    ),
+    "ALERT_NOTIFIERS": (
+        "Where alerts are delivered: dotted paths of notifier classes, or dicts "
+        '`{"class": path, **options}` (e.g. the `Webhook` notifier\'s `url`). The default '
+        "mails `ADMINS`; a system check warns (`scheduler_app.W040`) when none would deliver."
+    ),
+    "ALERT_RENOTIFY_AFTER": (
+        "Seconds after which an open alert nobody acknowledged is delivered again."
+    ),
+    "ADMIN_BASE_URL": (
+        "The admin's absolute URL prefix (e.g. `https://ops.example.com`), for the links in "
+        "alerts; empty: links are paths."
+    ),
+    "OVERDUE_AFTER": (
+        "Seconds a due job may wait to start before an `overdue` alert opens for its task."
+    ),
+    "FAILING_RATE": (
+        "A `failing` alert opens when more than this share of a task's jobs that finished "
+        "in the last `FAILING_WINDOW` seconds failed for good."
+    ),
+    "FAILING_WINDOW": ("Seconds of finished jobs the `failing` rule looks at."),
+    "WORKER_HEARTBEAT_INTERVAL": ("Seconds between a worker's heartbeat writes."),
+    "WORKER_LOST_AFTER": (
+        "Seconds without a heartbeat after which a worker is marked lost (its jobs come back "
+        "through lease rescue)."
+    ),
+    "STALE_SEND_AFTER": (
+        "A batch (or, for local-time deliveries, a recipient) this many seconds past its "
+        "scheduled time does not start sending: it is paused as stale until resumed."
+    ),
+    "STALLED_SEND_AFTER": (
+        "Seconds a sending batch may go without marking any recipient, while recipients "
+        "are due, before a `stalled_send` alert opens."
     ),
     "METRICS_ALLOWED_IPS": (
         'Client addresses or networks (`"10.0.0.0/8"`, `"::1"`) the metrics view serves; '

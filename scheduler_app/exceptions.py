@@ -64,6 +64,12 @@ class SendLaneNotCancellable(SchedulerError):
     code = "send_lane"
 
 
+class StaleSend(SchedulerError):
+    """The message is too far past its scheduled time to be sent without an operator."""
+
+    code = "stale_send"
+
+
 class JobTimeout(SchedulerError):
     """The job ran longer than its task's timeout."""
 

@@ -23,17 +23,27 @@ class TaskLateness:
 
 
 def lateness_by_task(
-    since: dt.datetime, until: dt.datetime, *, task_name: str | None = None
+    since: dt.datetime,
+    until: dt.datetime,
+    *,
+    task_name: str | None = None,
+    task_names: list[str] | None = None,
+    first_attempts: bool = False,
 ) -> list[TaskLateness]:
     """Return count, p50, p95 and max of (started_at - due_at) per task.
 
-    Covers attempts that started in ``[since, until)``; percentiles are
+    Covers attempts that started in ``[since, until)`` (only first attempts
+    if ``first_attempts``, of ``task_name`` or ``task_names`` if given); percentiles are
     interpolated (PostgreSQL's percentile_cont; the same formula in Python
     on SQLite). Sorted by task name.
     """
     attempts = JobAttempt.objects.filter(started_at__gte=since, started_at__lt=until)
     if task_name is not None:
         attempts = attempts.filter(task_name=task_name)
+    if task_names is not None:
+        attempts = attempts.filter(task_name__in=task_names)
+    if first_attempts:
+        attempts = attempts.filter(attempt=1)
     if connection.vendor == "postgresql":
         from scheduler_app.db.postgresql import lateness_percentiles
 

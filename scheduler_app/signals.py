@@ -20,3 +20,9 @@ attempt_finished = Signal()
 
 #: Sent when a send waited for the shared rate limiter. kwargs: key, seconds.
 rate_limit_waited = Signal()
+
+#: Sent when an alert opens, and again when it is re-notified. kwargs: alert (an Alert).
+alert_opened = Signal()
+
+#: Sent when an open alert's rule stopped tripping and it resolved. kwargs: alert.
+alert_resolved = Signal()

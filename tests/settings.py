@@ -67,6 +67,7 @@ if django.VERSION >= (6, 1):
     MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
 else:
     EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+ADMINS = [("Ops", "ops@example.com")]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "/static/"
 

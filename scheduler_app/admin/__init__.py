@@ -1,9 +1,9 @@
 """The operator's admin: thin layers over the domain functions.
 
 One module per area: jobs, schedules, sends, switchboard (kill switches),
-lateness. Importing this package registers everything with admin.site.
+lateness, alerts, workers. Importing this package registers everything with admin.site.
 """
 
-from scheduler_app.admin import jobs, lateness, schedules, sends, switchboard
+from scheduler_app.admin import alerts, jobs, lateness, schedules, sends, switchboard, workers
 
-__all__ = ["jobs", "lateness", "schedules", "sends", "switchboard"]
+__all__ = ["alerts", "jobs", "lateness", "schedules", "sends", "switchboard", "workers"]

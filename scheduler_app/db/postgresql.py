@@ -192,6 +192,17 @@ def try_scheduler_lock() -> bool:
         return bool(cursor.fetchone()[0])
 
 
+ALERT_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('scheduler_app.alerts'))"
+"""Let one process at a time evaluate the alert rules; released at commit."""
+
+
+def try_alert_lock() -> bool:
+    """Take the alert evaluator's transaction-level advisory lock if it is free."""
+    with connection.cursor() as cursor:
+        cursor.execute(ALERT_LOCK)
+        return bool(cursor.fetchone()[0])
+
+
 RECIPIENT = "scheduler_app_recipient"
 
 FREEZE_RECIPIENTS = f"""
@@ -247,7 +258,7 @@ marked AS (
 ), counted AS (
     UPDATE {BATCH} AS b
     SET sent = b.sent + c.sent, failed = b.failed + c.failed, skipped = b.skipped + c.skipped,
-        lane_errors = 0
+        lane_errors = 0, progressed_at = {NOW.format(frozen="%s")}
     FROM (SELECT count(*) FILTER (WHERE status = 'sent') AS sent,
                  count(*) FILTER (WHERE status = 'failed') AS failed,
                  count(*) FILTER (WHERE status = 'skipped') AS skipped
@@ -255,8 +266,9 @@ marked AS (
     WHERE b.id = %s AND c.sent + c.failed + c.skipped > 0
 )"""
 """Record outcomes and the batch's counters, fenced by the claim: an expired claim
-changes nothing. A marked recipient also resets the batch's lane errors. Parameters:
-the seven outcome columns, the ids again, the claim, the batch.
+changes nothing. A marked recipient also resets the batch's lane errors and sets its
+progressed_at (the stalled-send alert). Parameters: the seven outcome columns, the ids
+again, the claim, the frozen clock, the batch.
 
 ``r.id = ANY(ids)`` lets the primary key find the rows. The claim is compared through
 an InitPlan: compared to a literal, its selectivity comes from statistics in which every
@@ -339,6 +351,7 @@ def begin_recipient(
                 *columns,
                 columns[0],
                 claim,
+                clock.frozen_at(),
                 batch_id,
                 clock.frozen_at(),
                 claim_for,
@@ -377,5 +390,5 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
         return []
     columns = [list(column) for column in zip(*rows, strict=True)]
     with bound_cursor() as cursor:
-        cursor.execute(MARK_RECIPIENTS, [*columns, columns[0], claim, batch_id])
+        cursor.execute(MARK_RECIPIENTS, [*columns, columns[0], claim, clock.frozen_at(), batch_id])
         return [row[0] for row in cursor.fetchall()]

@@ -234,7 +234,8 @@ WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
 
 COUNT_MARKED = """
 UPDATE scheduler_app_sendbatch
-SET sent = sent + %s, failed = failed + %s, skipped = skipped + %s, lane_errors = 0
+SET sent = sent + %s, failed = failed + %s, skipped = skipped + %s, lane_errors = 0,
+    progressed_at = %s
 WHERE id = %s
 """
 
@@ -332,5 +333,5 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
                 kept.append(status)
         counts = [kept.count(status) for status in ("sent", "failed", "skipped")]
         if any(counts):
-            cursor.execute(COUNT_MARKED, [*counts, batch_id])
+            cursor.execute(COUNT_MARKED, [*counts, adapt(read_now()), batch_id])
     return kept

@@ -1,9 +1,13 @@
+from scheduler_app.models.alerts import Alert
 from scheduler_app.models.controls import Control, ControlEvent
+from scheduler_app.models.cursors import SyncCursor
 from scheduler_app.models.jobs import Job, JobAttempt, LatenessOverview
 from scheduler_app.models.schedules import Schedule, ScheduleOccurrence
 from scheduler_app.models.sends import RateLimit, Recipient, SendBatch
+from scheduler_app.models.workers import WorkerHeartbeat
 
 __all__ = [
+    "Alert",
     "Control",
     "ControlEvent",
     "Job",
@@ -14,4 +18,6 @@ __all__ = [
     "Schedule",
     "ScheduleOccurrence",
     "SendBatch",
+    "SyncCursor",
+    "WorkerHeartbeat",
 ]

@@ -130,6 +130,16 @@ class Job(models.Model):
             ),
             models.Index(fields=["owner", "-id"], name="scheduler_job_owner"),
             models.Index(fields=["task_name", "status"], name="scheduler_job_task_status"),
+            # The alert rules: a task's latest successes (absent, suspicious success) and
+            # the final outcomes of the last hour (failing).
+            models.Index(
+                fields=["task_name", "status", "finished_at"], name="scheduler_job_task_finished"
+            ),
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status__in=["succeeded", "failed"]),
+                name="scheduler_job_finished",
+            ),
         ]
 
     def __str__(self) -> str:

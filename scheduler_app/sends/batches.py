@@ -32,6 +32,8 @@ from scheduler_app.sends.audience import freeze, get_audience
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK, Outcome, deliver
 from scheduler_app.sends.providers import SenderRefused, SlowDown, get_provider
 from scheduler_app.sends.rendering import MessageTemplate, RenderError
+from scheduler_app.sends.stale import resolve_stale_alert
+from scheduler_app.sends.states import earliest_start
 
 logger = logging.getLogger("scheduler_app.sends")
 Status = SendBatch.Status
@@ -164,7 +166,10 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
     with transaction.atomic():
         batch = SendBatch.objects.select_for_update().get(pk=batch_id)
         target = Status.SENDING if batch.started_at else Status.SCHEDULED
-        if not states.transition(batch_id, (Status.PAUSED,), target, by=by):
+        # Resuming a batch the stale-send guard paused means "send it anyway".
+        stale = batch.status_reason.startswith(states.STALE_PREFIX)
+        extra = {"stale_send_allowed": True} if stale else {}
+        if not states.transition(batch_id, (Status.PAUSED,), target, by=by, **extra):
             raise BatchStateError(
                 "Only a paused batch can be resumed; this batch is %s." % _status(batch)
             )
@@ -174,6 +179,8 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
             start = max(now, earliest_start(batch) or now)
         enqueue_lanes(batch, start)
         record("batch", str(batch_id), "resume", by=by)
+        if stale:
+            resolve_stale_alert(batch_id)
     return True
 
 
@@ -380,14 +387,6 @@ def lane_jobs(batch_id: int | Any) -> QuerySet[Job]:
 def lane_key_prefix(batch_id: int) -> str:
     """Return the unique_key prefix of the batch's lane jobs."""
     return "batch:%s:lane:" % batch_id
-
-
-def earliest_start(batch: SendBatch) -> dt.datetime | None:
-    """Return when a scheduled batch may start: its send time, after its undo window + margin."""
-    starts = [batch.scheduled_at] if batch.scheduled_at else []
-    if batch.undo_deadline is not None:
-        starts.append(batch.undo_deadline + dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN))
-    return max(starts) if starts else None
 
 
 def _status(batch: SendBatch) -> str:

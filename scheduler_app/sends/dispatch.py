@@ -45,7 +45,7 @@ from scheduler_app.exceptions import RetryLater, SchedulerError
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.registry import JobContext, get_task, task
 from scheduler_app.retry import RetryPolicy
-from scheduler_app.sends import limiter, states
+from scheduler_app.sends import limiter, stale, states
 from scheduler_app.sends.audience import thaw_context
 from scheduler_app.sends.providers import (
     PermanentSendError,
@@ -183,6 +183,10 @@ def start_sending(batch_id: int) -> SendBatch | None:
         batch = SendBatch.objects.select_for_update().get(pk=batch_id)
         if batch.status == SendBatch.Status.SCHEDULED:
             now = database_now()  # recipients' due times are compared with it
+            late = stale.batch_late_by(batch, now)
+            if late is not None:
+                stale.pause_stale(batch, late, what="the send")
+                return None
             if batch.frozen_at is None:
                 try:
                     with transaction.atomic():
@@ -374,6 +378,10 @@ class Lane:
                     raise RetryLater(delay=PAUSED_RECHECK, reason=halt)
                 if halt:
                     logger.info("lane stops batch=%s reason=%s", batch_id, halt)
+                    return dict(self.counts)
+                late = stale.late_recipient(self.batch)
+                if late is not None:
+                    stale.pause_stale(self.batch, late, what="a local-time delivery")
                     return dict(self.counts)
                 size = limiter.chunk_size_for(
                     self.batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE
@@ -693,6 +701,9 @@ MESSAGE_RETRY = RetryPolicy(
 @task(name=SEND_MESSAGE_TASK, max_attempts=5, retry=MESSAGE_RETRY)
 def send_message(job: JobContext) -> dict[str, str]:
     """Send one message scheduled by sends.batches.send_message; key = the job's key."""
+    late = stale.message_late_by(job)
+    if late is not None:
+        raise stale.refuse_stale_message(job, late)
     data = job.payload
     message = Message(
         to=data["to"], subject=data["subject"], text=data["text"], html=data.get("html", "")

@@ -19,6 +19,7 @@ from django.db import close_old_connections
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
+from scheduler_app.cursors import DEFAULT_COUNT_KEY, CursorProposal, Cursors, with_processed_count
 from scheduler_app.exceptions import RetryLater, SchedulerError, UnknownTask
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.registry import JobContext, TaskSpec, get_task
@@ -82,8 +83,11 @@ class ClaimedJob:
             started_at=started_at,
         )
 
-    def context(self, should_stop: Callable[[], bool] | None = None) -> JobContext:
+    def context(
+        self, should_stop: Callable[[], bool] | None = None, cursors: Cursors | None = None
+    ) -> JobContext:
         return JobContext(
+            cursors=cursors or Cursors(),
             should_stop=should_stop or (lambda: False),
             job_id=self.id,
             task_name=self.task_name,
@@ -108,6 +112,8 @@ class Finish:
     error: str = ""
     result: str | None = None  # JSON text
     retry_later_deadline: dt.datetime | None = None
+    #: Cursors to save with a success (see scheduler_app.cursors).
+    cursors: tuple[CursorProposal, ...] = ()
 
     def as_row(self) -> tuple:
         """Return the column tuple db.<vendor>.finish_jobs() takes."""
@@ -160,20 +166,26 @@ def execute(job: ClaimedJob, should_stop: Callable[[], bool] | None = None) -> F
     except SchedulerError as exc:
         # Scheduled by newer code: retrying on this worker cannot help.
         return fail(job, exc, retryable=False, with_traceback=False)
+    cursors = Cursors()
     try:
-        value = spec(job.context(should_stop))
+        value = spec(job.context(should_stop, cursors))
     except RetryLater as exc:
         return _retry_later(job, spec, exc)
     except Exception as exc:
         return fail(job, exc, retryable=spec.retry.should_retry(exc), spec=spec)
     finally:
         close_old_connections()
+    proposals = cursors.proposals()
+    if proposals:
+        count_key = spec.targets.count_key or DEFAULT_COUNT_KEY
+        value = with_processed_count(value, proposals, count_key)
     return Finish(
         job=job,
         status=Status.SUCCEEDED,
         outcome=Outcome.SUCCEEDED,
         finished_at=clock.now(),
         result=_as_json(job, value),
+        cursors=proposals,
     )
 
 

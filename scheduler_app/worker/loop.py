@@ -22,11 +22,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 
-from scheduler_app import clock
+from scheduler_app import clock, workers
+from scheduler_app.alerts.evaluator import evaluate_quietly
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
+from scheduler_app.cursors import save_cursors
 from scheduler_app.db import DatabaseNow, backend
 from scheduler_app.exceptions import JobTimeout, SchedulerError, UnknownTask
 from scheduler_app.models import Job
@@ -73,6 +75,10 @@ class WorkerOptions:
     scheduler_interval: float | None = None
     #: Seconds past its timeout after which a handler's thread is abandoned (see _abandon).
     timeout_grace: float = 10.0
+    #: Seconds between heartbeat writes (the worker's row in the admin's live workers).
+    heartbeat_interval: float = 10.0
+    #: Seconds between offers to evaluate the alert rules; None: this worker never does.
+    alert_interval: float | None = None
     worker_id: str = dataclasses.field(default_factory=lambda: default_worker_id())
 
     @property
@@ -158,6 +164,12 @@ class Worker:
                 run=lambda: self._with_db(revive_stranded_batches),
             ),
             Duty(
+                name="heartbeat",
+                interval=lambda: options.heartbeat_interval,
+                run=self._heartbeat,
+                next_at=time.monotonic() + options.heartbeat_interval,
+            ),
+            Duty(
                 name="summary",
                 interval=lambda: options.summary_interval,
                 run=self._log_summary,
@@ -168,6 +180,17 @@ class Worker:
             interval = options.scheduler_interval
             self._duties.append(
                 Duty(name="scheduler", interval=lambda: interval, run=self._tick_schedules)
+            )
+        if options.alert_interval is not None:
+            every = options.alert_interval
+            # Jitter: workers started together offer to evaluate at different times.
+            self._duties.append(
+                Duty(
+                    name="alerts",
+                    interval=lambda: every * random.uniform(0.8, 1.2),
+                    run=lambda: self._with_db(evaluate_quietly),
+                    next_at=time.monotonic() + every * random.uniform(0.1, 1.0),
+                )
             )
 
     # -- lifecycle ---------------------------------------------------------
@@ -192,12 +215,18 @@ class Worker:
             self.options.batch_size,
             connection.vendor,
         )
+        self._with_db(
+            lambda: workers.worker_started(
+                self.id, queues=self.options.queues, concurrency=self.options.concurrency
+            )
+        )
         if self.options.scheduler_interval is not None:
             self._with_db(sync_declared_schedules)
         try:
             while not self.stopping:
                 self._turn()
             self._drain()
+            self._with_db(lambda: workers.worker_stopped(self.id))
         finally:
             for _ in self._threads:
                 self._inbox.put(None)
@@ -394,7 +423,7 @@ class Worker:
         surprise: it must cost only the outcome it concerns, never the batch.
         """
         try:
-            return backend().finish_jobs([f.as_row() for f in finishes], worker=self.id)
+            return self._finish(finishes)
         except CONNECTION_ERRORS:
             raise
         except DatabaseError:
@@ -408,10 +437,26 @@ class Worker:
             accepted |= self._record_one(finish)
         return accepted
 
+    def _finish(self, finishes: list[Finish]) -> set[int]:
+        """Write outcomes; a success's cursor proposals are saved in the same transaction."""
+        rows = [finish.as_row() for finish in finishes]
+        proposals = [
+            (finish.job.id, proposal)
+            for finish in finishes
+            if finish.status == Job.Status.SUCCEEDED
+            for proposal in finish.cursors
+        ]
+        if not proposals:
+            return backend().finish_jobs(rows, worker=self.id)
+        with transaction.atomic():
+            accepted = backend().finish_jobs(rows, worker=self.id)
+            save_cursors((job_id, p) for job_id, p in proposals if job_id in accepted)
+        return accepted
+
     def _record_one(self, finish: Finish) -> set[int]:
         job = finish.job
         try:
-            return backend().finish_jobs([finish.as_row()], worker=self.id)
+            return self._finish([finish])
         except CONNECTION_ERRORS:
             raise
         except DatabaseError as exc:
@@ -424,7 +469,7 @@ class Worker:
             reason,
         )
         try:
-            return backend().finish_jobs([finish.storable(reason).as_row()], worker=self.id)
+            return self._finish([finish.storable(reason)])
         except CONNECTION_ERRORS:
             raise
         except DatabaseError:
@@ -445,6 +490,16 @@ class Worker:
             if now >= duty.next_at:
                 duty.next_at = now + duty.interval()
                 duty.run()
+
+    def _heartbeat(self) -> None:
+        running = len(self._running)
+        if self._with_db(lambda: workers.heartbeat(self.id, running=running)) is False:
+            # Our row was deleted (pruned) or never written: write it again.
+            self._with_db(
+                lambda: workers.worker_started(
+                    self.id, queues=self.options.queues, concurrency=self.options.concurrency
+                )
+            )
 
     def _read_controls(self) -> None:
         paused = self._with_db(paused_scopes)

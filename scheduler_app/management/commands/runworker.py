@@ -105,6 +105,11 @@ class Command(BaseCommand):
             help="Do not enqueue recurring schedules' occurrences from this worker.",
         )
         parser.add_argument(
+            "--no-alerts",
+            action="store_true",
+            help="Do not evaluate the alert rules from this worker.",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=port,
             metavar="PORT",
@@ -138,6 +143,8 @@ class Command(BaseCommand):
             summary_interval=app_settings.SUMMARY_INTERVAL,
             scheduler_interval=None if options["no_scheduler"] else app_settings.SCHEDULER_INTERVAL,
             worker_id=options["worker_id"] or default_worker_id(),
+            heartbeat_interval=app_settings.WORKER_HEARTBEAT_INTERVAL,
+            alert_interval=None if options["no_alerts"] else app_settings.ALERT_INTERVAL,
         )
         if options["metrics_port"] is not None:
             self._serve_metrics(worker_options.worker_id, options)
