@@ -130,6 +130,12 @@ class Job(models.Model):
             ),
             models.Index(fields=["owner", "-id"], name="scheduler_job_owner"),
             models.Index(fields=["task_name", "status"], name="scheduler_job_task_status"),
+            # The pruner's query: finished jobs oldest first, read straight from the index.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status__in=["succeeded", "failed", "cancelled"]),
+                name="scheduler_job_prunable",
+            ),
             # The alert rules: a task's latest successes (absent, suspicious success) and
             # the final outcomes of the last hour (failing).
             models.Index(
@@ -197,3 +203,12 @@ class LatenessOverview(Job):
         proxy = True
         verbose_name = "lateness overview"
         verbose_name_plural = "lateness overview"
+
+
+class OperationsOverview(Job):
+    """A proxy so the operations overview page is listed (and permissioned) in the admin index."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "operations overview"
+        verbose_name_plural = "operations overview"

@@ -1,0 +1,23 @@
+from django.db import migrations, models
+
+from scheduler_app.db.operations import AddIndexConcurrently
+
+
+class Migration(migrations.Migration):
+    # CREATE INDEX CONCURRENTLY: workers keep claiming and finishing jobs meanwhile.
+    atomic = False
+
+    dependencies = [
+        ("scheduler_app", "0011_prune_runs_overview"),
+    ]
+
+    operations = [
+        AddIndexConcurrently(
+            model_name="job",
+            index=models.Index(
+                condition=models.Q(("status__in", ["succeeded", "failed", "cancelled"])),
+                fields=["finished_at"],
+                name="scheduler_job_prunable",
+            ),
+        ),
+    ]
