@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, QuerySet, Sum
 
-from scheduler_app.models import Job, JobAttempt, SendBatch
+from scheduler_app.conf import app_settings
+from scheduler_app.models import Alert, Job, JobAttempt, SendBatch, WorkerHeartbeat
 
 #: Upper bounds (seconds) of the lateness histogram's buckets; +Inf is implied.
 LATENESS_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
@@ -193,3 +194,20 @@ def batch_progress(limit: int) -> list[BatchProgress]:
         )
         for pk, name, status, total, sent, failed, skipped in rows
     ]
+
+
+def open_alerts() -> dict[tuple[str, bool], int]:
+    """Return open alerts by (kind, acknowledged)."""
+    rows = (
+        Alert.objects.open()
+        .values_list("kind", Q(acknowledged_at__isnull=False))
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return {(kind, bool(acknowledged)): n for kind, acknowledged, n in rows}
+
+
+def live_workers() -> QuerySet[WorkerHeartbeat]:
+    """Return workers alive and seen within WORKER_LOST_AFTER (database clock)."""
+    lost_after = dt.timedelta(seconds=app_settings.WORKER_LOST_AFTER)
+    return WorkerHeartbeat.objects.live(lost_after)

@@ -87,6 +87,9 @@ SCHEDULER_APP = {
     "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
     "SEND_LANES": env.int("SCHEDULER_SEND_LANES", 2),
     "SEND_CHUNK_SIZE": env.int("SCHEDULER_SEND_CHUNK_SIZE", 100),
+    # The built-in prune schedule is on by default; tests of declared schedules count
+    # their own (tests/db/test_retention.py turns it on).
+    "PRUNE_SCHEDULE": None,
 }
 
 LOGGING = {

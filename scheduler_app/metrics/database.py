@@ -9,6 +9,7 @@ from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily
 
 from scheduler_app import clock, stats
 from scheduler_app.conf import app_settings
+from scheduler_app.models import Alert
 
 
 class DatabaseCollector:
@@ -20,6 +21,7 @@ class DatabaseCollector:
         since = now - dt.timedelta(seconds=app_settings.METRICS_WINDOW)
         yield from run_metrics(stats.recent_runs(since, now))
         yield from send_metrics()
+        yield from operability_metrics()
 
 
 def queue_metrics(now: dt.datetime) -> Iterator[Metric]:
@@ -104,6 +106,26 @@ def send_metrics() -> Iterator[Metric]:
             recipients.add_metric([label, status], getattr(batch, status))
         paused.add_metric([label], 1 if batch.status == "paused" else 0)
     yield from (batches, recipients, paused)
+
+
+def operability_metrics() -> Iterator[Metric]:
+    """Yield open alerts by kind and acknowledgement, and the number of live workers."""
+    alerts = GaugeMetricFamily(
+        "scheduler_open_alerts",
+        "Open alerts by kind and whether someone acknowledged them.",
+        labels=["kind", "acknowledged"],
+    )
+    counts = stats.open_alerts()
+    for kind in Alert.Kind.values:
+        for acknowledged in (False, True):
+            alerts.add_metric(
+                [kind, str(acknowledged).lower()], counts.get((kind, acknowledged), 0)
+            )
+    workers = GaugeMetricFamily(
+        "scheduler_live_workers", "Workers alive and seen within WORKER_LOST_AFTER seconds."
+    )
+    workers.add_metric([], stats.live_workers().count())
+    yield from (alerts, workers)
 
 
 def _bound(seconds: float) -> str:

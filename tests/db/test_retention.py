@@ -6,6 +6,7 @@ import datetime as dt
 import logging
 
 import pytest
+from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
@@ -254,9 +255,9 @@ def test_every_run_leaves_an_audit_row_and_a_log_line(caplog):
 
 @pytest.mark.django_db
 def test_old_dry_run_reports_go_except_the_latest_of_a_batch_that_has_not_finished(
-    settings, tmp_path
+    tmp_path, settings
 ):
-    settings.MEDIA_ROOT = str(tmp_path)
+    settings.MEDIA_ROOT = str(tmp_path)  # pytest-django's fixture: restored afterwards
 
     def report(batch_id, written):
         name = "scheduler_app/dry-runs/batch-%s-%s.txt" % (
@@ -315,7 +316,8 @@ def test_the_prune_job_cuts_off_from_its_scheduled_time_not_from_now():
         finished_at=cutoff + dt.timedelta(hours=1),  # older than now - 30 days: still kept
     )
     prune_job = schedule(PRUNE_TASK, {}, at=scheduled_for)
-    with running_worker():
+    on = override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "PRUNE_SCHEDULE": "0 3 * * *"})
+    with on, running_worker():
         finished = wait_for_status(prune_job, Status.SUCCEEDED, Status.FAILED)
     assert finished.status == Status.SUCCEEDED, finished.last_error
     assert not exists(before) and exists(after)

@@ -7,8 +7,9 @@ import datetime as dt
 import pytest
 from django.test import Client, override_settings
 
+from scheduler_app import clock
 from scheduler_app.clock import frozen_clock
-from scheduler_app.models import Job, JobAttempt, SendBatch
+from scheduler_app.models import Alert, Job, JobAttempt, SendBatch, WorkerHeartbeat
 from tests.metrics.conftest import parse, series, value
 
 pytestmark = pytest.mark.django_db
@@ -136,11 +137,31 @@ def test_send_progress_for_a_bounded_number_of_sending_and_paused_batches():
 @override_settings(SCHEDULER_APP={**LOCAL, "METRICS_CACHE_SECONDS": 60})
 def test_a_scrape_reads_the_database_in_few_queries_and_is_cached(django_assert_num_queries):
     job(run_at=T0)
-    with django_assert_num_queries(4):
+    with django_assert_num_queries(6):
         first = scrape()
     Job.objects.all().delete()
     with django_assert_num_queries(0):
         assert scrape() == first
+
+
+@override_settings(SCHEDULER_APP=LOCAL)
+def test_open_alerts_by_kind_and_acknowledgement_and_live_workers():
+    Alert.objects.create(kind="late", subject="task:a", summary="s")
+    Alert.objects.create(kind="late", subject="task:b", summary="s", acknowledged_at=clock.now())
+    Alert.objects.create(kind="absent", subject="task:a", summary="s", resolved_at=clock.now())
+    heartbeat = {"host": "h", "pid": 1, "concurrency": 1, "started_at": clock.now()}
+    WorkerHeartbeat.objects.create(worker_id="w1", last_seen_at=clock.now(), **heartbeat)
+    WorkerHeartbeat.objects.create(
+        worker_id="w2", last_seen_at=clock.now() - dt.timedelta(hours=1), **heartbeat
+    )
+    WorkerHeartbeat.objects.create(
+        worker_id="w3", status="stopped", last_seen_at=clock.now(), **heartbeat
+    )
+    samples = parse(scrape())
+    assert value(samples, "scheduler_open_alerts", kind="late", acknowledged="false") == 1
+    assert value(samples, "scheduler_open_alerts", kind="late", acknowledged="true") == 1
+    assert value(samples, "scheduler_open_alerts", kind="absent", acknowledged="false") == 0
+    assert value(samples, "scheduler_live_workers") == 1
 
 
 @override_settings(SCHEDULER_APP={**LOCAL, "METRICS_CACHE_SECONDS": 0})
