@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.files.storage import default_storage
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q, QuerySet
 
 from scheduler_app import clock
@@ -69,6 +69,9 @@ class Kind:
     candidates: Callable[[dt.datetime], QuerySet]
     #: primary keys -> rows removed (deleted, or blanked).
     apply: Callable[[list[Any]], int]
+    #: (cutoff, limit) -> rows removed: one statement per batch on PostgreSQL, instead of
+    #: selecting the keys and letting the ORM cascade (several times slower per row).
+    on_postgresql: Callable[[dt.datetime, int], int] | None = None
 
     @property
     def days(self) -> float | None:
@@ -111,6 +114,12 @@ def _delete(model: Any) -> Callable[[list[Any]], int]:
     return delete
 
 
+def _prune_jobs_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
+    from scheduler_app.db.postgresql import prune_finished_jobs
+
+    return prune_finished_jobs(cutoff=cutoff, limit=limit)
+
+
 def _blank_contexts(pks: list[Any]) -> int:
     return Recipient.objects.filter(pk__in=pks).update(context={})
 
@@ -121,6 +130,7 @@ KINDS = (
         setting="RETENTION_JOBS_DAYS",
         candidates=finished_jobs,
         apply=_delete(Job),  # their attempts go with them (ON DELETE CASCADE)
+        on_postgresql=_prune_jobs_on_postgresql,
     ),
     Kind(
         name="occurrences",
@@ -237,20 +247,28 @@ def _remove_rows(kind: Kind, cutoff: dt.datetime, budget: int) -> int:
     size = app_settings.PRUNE_BATCH_SIZE
     while removed < budget:
         with transaction.atomic():
-            # FOR UPDATE re-checks the terminal state on the locked row; SKIP LOCKED leaves
-            # a row some worker holds (e.g. a retry being scheduled) for the next run.
-            pks = list(
-                kind.candidates(cutoff)
-                .order_by()
-                .select_for_update(skip_locked=True, of=("self",))
-                .values_list("pk", flat=True)[: min(size, budget - removed)]
-            )
-            if not pks:
-                break
-            removed += kind.apply(pks)
+            pruned = _remove_batch(kind, cutoff, min(size, budget - removed))
+        if not pruned:
+            break
+        logger.debug("pruned a batch kind=%s rows=%s", kind.name, pruned)
+        removed += pruned
     if removed:
         logger.info("pruned kind=%s rows=%s cutoff=%s", kind.name, removed, cutoff.isoformat())
     return removed
+
+
+def _remove_batch(kind: Kind, cutoff: dt.datetime, limit: int) -> int:
+    if kind.on_postgresql is not None and connection.vendor == "postgresql":
+        return kind.on_postgresql(cutoff, limit)
+    # FOR UPDATE re-checks the terminal state on the locked row; SKIP LOCKED leaves a
+    # row some worker holds (e.g. a retry being scheduled) for the next run.
+    pks = list(
+        kind.candidates(cutoff)
+        .order_by()
+        .select_for_update(skip_locked=True, of=("self",))
+        .values_list("pk", flat=True)[:limit]
+    )
+    return kind.apply(pks) if pks else 0
 
 
 def _old_reports(cutoff: dt.datetime) -> list[str]:
