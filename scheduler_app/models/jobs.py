@@ -185,7 +185,11 @@ class JobAttempt(models.Model):
 
     class Meta:
         ordering = ["job", "id"]
-        indexes = [models.Index(fields=["task_name", "started_at"], name="scheduler_attempt_task")]
+        indexes = [
+            models.Index(fields=["task_name", "started_at"], name="scheduler_attempt_task"),
+            # Recent attempts of every task (metrics, lateness charts): a range of this index.
+            models.Index(fields=["started_at"], name="scheduler_attempt_started"),
+        ]
 
     def __str__(self) -> str:
         return "%s attempt %s: %s" % (self.job_id, self.attempt, self.outcome)

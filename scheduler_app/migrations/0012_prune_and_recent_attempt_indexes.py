@@ -5,6 +5,8 @@ from scheduler_app.db.operations import AddIndexConcurrently
 
 class Migration(migrations.Migration):
     # CREATE INDEX CONCURRENTLY: workers keep claiming and finishing jobs meanwhile.
+    # scheduler_job_prunable serves the pruner; scheduler_attempt_started the metrics
+    # view's and the overview's recent attempts.
     atomic = False
 
     dependencies = [
@@ -19,5 +21,9 @@ class Migration(migrations.Migration):
                 fields=["finished_at"],
                 name="scheduler_job_prunable",
             ),
+        ),
+        AddIndexConcurrently(
+            model_name="jobattempt",
+            index=models.Index(fields=["started_at"], name="scheduler_attempt_started"),
         ),
     ]
