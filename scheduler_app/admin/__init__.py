@@ -1,7 +1,8 @@
 """The operator's admin: thin layers over the domain functions.
 
 One module per area: jobs, schedules, sends, switchboard (kill switches),
-lateness, alerts, workers, overview. Importing this package registers everything with admin.site.
+lateness, alerts, workers, overview, retention (prune runs). Importing this
+package registers everything with admin.site.
 """
 
 from scheduler_app.admin import (
@@ -9,6 +10,7 @@ from scheduler_app.admin import (
     jobs,
     lateness,
     overview,
+    retention,
     schedules,
     sends,
     switchboard,
@@ -20,6 +22,7 @@ __all__ = [
     "jobs",
     "lateness",
     "overview",
+    "retention",
     "schedules",
     "sends",
     "switchboard",

@@ -216,6 +216,7 @@ def test_the_breaker_refuses_deletes_nothing_and_alerts_until_a_prune_succeeds(c
     assert "prune refused run=%s" % run.pk in caplog.text
     alert = Alert.objects.open().get(kind=Alert.Kind.PRUNE_REFUSED)
     assert alert.numbers == {"counts": run.counts, "max_rows": 3}
+    assert alert.admin_url == "/admin/scheduler_app/prunerun/%s/change/" % run.pk
     assert "scheduler_prune --max-rows N" in alert.summary
 
     evaluate()  # the rule keeps it open while the latest real run is a refusal
