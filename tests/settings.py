@@ -87,6 +87,8 @@ SCHEDULER_APP = {
     "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
     "SEND_LANES": env.int("SCHEDULER_SEND_LANES", 2),
     "SEND_CHUNK_SIZE": env.int("SCHEDULER_SEND_CHUNK_SIZE", 100),
+    "ALERT_INTERVAL": env.float("SCHEDULER_ALERT_INTERVAL", 60.0),
+    "WORKER_HEARTBEAT_INTERVAL": env.float("SCHEDULER_HEARTBEAT_INTERVAL", 10.0),
     # The built-in prune schedule is on by default; tests of declared schedules count
     # their own (tests/db/test_retention.py turns it on).
     "PRUNE_SCHEDULE": None,

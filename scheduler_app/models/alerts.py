@@ -83,7 +83,3 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return "%s %s" % (self.kind, self.subject)
-
-    @property
-    def is_open(self) -> bool:
-        return self.resolved_at is None
