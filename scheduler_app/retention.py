@@ -33,6 +33,7 @@ from django.db.models import Q, QuerySet
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
+from scheduler_app.exceptions import PruneRefused
 from scheduler_app.models import (
     Alert,
     ControlEvent,
@@ -167,10 +168,6 @@ KINDS = (
 )
 REPORTS = "dry_run_reports"
 SETTINGS = {kind.name: kind.setting for kind in KINDS} | {REPORTS: "RETENTION_DRY_RUN_REPORTS_DAYS"}
-
-
-class PruneRefused(Exception):
-    """More rows qualified than the breaker allows; nothing was deleted."""
 
 
 def prune(
