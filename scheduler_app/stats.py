@@ -88,21 +88,34 @@ class BatchProgress:
 
 
 def queue_depths(now: dt.datetime) -> list[QueueDepth]:
-    """Return the unfinished jobs per queue, in one query (partial indexes on status)."""
-    pending = Q(status=Job.Status.PENDING)
-    due = pending & Q(run_at__lte=now)
-    rows = (
-        Job.objects.unfinished()
+    """Return the unfinished jobs per queue, in two queries.
+
+    One for pending and one for running jobs, so each reads its own partial
+    index (a status IN (...) would not match either predicate).
+    """
+    due = Q(run_at__lte=now)
+    pending = {
+        row["queue"]: row
+        for row in Job.objects.pending()
         .values("queue")
         .annotate(
-            pending=Count("id", filter=pending),
+            pending=Count("id"),
             due=Count("id", filter=due),
-            running=Count("id", filter=Q(status=Job.Status.RUNNING)),
             oldest_due_at=Min("run_at", filter=due),
         )
-        .order_by("queue")
-    )
-    return [QueueDepth(**row) for row in rows]
+        .order_by()
+    }
+    running = dict(Job.objects.running().values_list("queue").annotate(n=Count("id")).order_by())
+    return [
+        QueueDepth(
+            queue=queue,
+            pending=pending.get(queue, {}).get("pending", 0),
+            due=pending.get(queue, {}).get("due", 0),
+            running=running.get(queue, 0),
+            oldest_due_at=pending.get(queue, {}).get("oldest_due_at"),
+        )
+        for queue in sorted(set(pending) | set(running))
+    ]
 
 
 def recent_runs(since: dt.datetime, until: dt.datetime) -> list[TaskRuns]:
