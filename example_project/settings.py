@@ -87,6 +87,9 @@ DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="demo@example.com")
 
 SCHEDULER_APP = {
     "QUEUES": ["default", "emails", "slow"],
+    # /metrics answers requests from this machine only (and any bearing METRICS_TOKEN).
+    "METRICS_ALLOWED_IPS": env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"]),
+    "METRICS_TOKEN": env.str("METRICS_TOKEN", default=None),
     "SCHEDULES": {
         # Every 2 minutes in London time; see it under Schedules in the admin.
         "demo-cleanup": {

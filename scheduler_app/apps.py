@@ -10,7 +10,10 @@ class SchedulerAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from scheduler_app import checks  # noqa: F401  (registers the system checks)
+        from scheduler_app import (
+            checks,  # noqa: F401  (registers the system checks)
+            retention,  # noqa: F401  (registers the prune task)
+        )
         from scheduler_app.sends import dispatch  # noqa: F401  (registers the send tasks)
 
         if _tasks_framework_installed():

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.utils.module_loading import import_string
 
 from scheduler_app.conf import DEFAULTS, app_settings, message_id_domain
@@ -343,3 +344,116 @@ def check_operability(app_configs: Any = None, **kwargs: Any) -> list[Error | Wa
             )
         )
     return problems
+
+
+#: Retention settings: a number of days > 0, or None to keep forever (check E054).
+RETENTION_DAYS = (
+    "RETENTION_JOBS_DAYS",
+    "RETENTION_OCCURRENCES_DAYS",
+    "RETENTION_CONTROL_EVENTS_DAYS",
+    "RETENTION_RECIPIENT_CONTEXT_DAYS",
+    "RETENTION_DRY_RUN_REPORTS_DAYS",
+    "RETENTION_WORKERS_DAYS",
+    "RETENTION_ALERTS_DAYS",
+)
+
+
+@register(Tags.compatibility)
+def check_metrics_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check the METRICS_* settings (E050-E053, W050)."""
+    problems: list[CheckMessage] = []
+    allowed = app_settings.METRICS_ALLOWED_IPS
+    networks = []
+    if not isinstance(allowed, list | tuple):
+        allowed = None
+    else:
+        try:
+            networks = [ipaddress.ip_network(entry, strict=False) for entry in allowed]
+        except (TypeError, ValueError):
+            allowed = None
+    if allowed is None:
+        problems.append(
+            Error(
+                "SCHEDULER_APP['METRICS_ALLOWED_IPS'] must be a list of IP addresses or "
+                "networks such as '127.0.0.1' or '10.0.0.0/8'.",
+                id="scheduler_app.E050",
+            )
+        )
+    elif any(network.prefixlen == 0 for network in networks):
+        problems.append(
+            Warning(
+                "SCHEDULER_APP['METRICS_ALLOWED_IPS'] serves the metrics to every address.",
+                hint="List the Prometheus servers' addresses, or use METRICS_TOKEN.",
+                id="scheduler_app.W050",
+            )
+        )
+    token = app_settings.METRICS_TOKEN
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        problems.append(
+            Error(
+                "SCHEDULER_APP['METRICS_TOKEN'] must be None or a non-empty string.",
+                id="scheduler_app.E051",
+            )
+        )
+    cache_seconds, window = app_settings.METRICS_CACHE_SECONDS, app_settings.METRICS_WINDOW
+    if not _number(cache_seconds) or cache_seconds < 0 or not _number(window) or window <= 0:
+        problems.append(
+            Error(
+                "SCHEDULER_APP['METRICS_CACHE_SECONDS'] must be a number >= 0 and "
+                "SCHEDULER_APP['METRICS_WINDOW'] a number > 0.",
+                id="scheduler_app.E052",
+            )
+        )
+    batches = app_settings.METRICS_MAX_BATCHES
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
+        problems.append(
+            Error(
+                "SCHEDULER_APP['METRICS_MAX_BATCHES'] must be an integer >= 0.",
+                id="scheduler_app.E053",
+            )
+        )
+    return problems
+
+
+@register(Tags.compatibility)
+def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check the RETENTION_* and PRUNE_* settings (E054-E056)."""
+    problems: list[CheckMessage] = [
+        Error(
+            "SCHEDULER_APP[%r] must be a number of days > 0, or None to keep forever." % name,
+            id="scheduler_app.E054",
+        )
+        for name in RETENTION_DAYS
+        if getattr(app_settings, name) is not None
+        and (not _number(getattr(app_settings, name)) or getattr(app_settings, name) <= 0)
+    ]
+    for name in ("PRUNE_BATCH_SIZE", "PRUNE_MAX_ROWS"):
+        value = getattr(app_settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(
+                Error(
+                    "SCHEDULER_APP[%r] must be a positive integer." % name,
+                    id="scheduler_app.E055",
+                )
+            )
+    cron = app_settings.PRUNE_SCHEDULE
+    if cron is not None:
+        from scheduler_app.schedules.recurrence import CronError, check_cron
+
+        try:
+            if not isinstance(cron, str):
+                raise CronError("not a string")
+            check_cron(cron)
+        except CronError as exc:
+            problems.append(
+                Error(
+                    "SCHEDULER_APP['PRUNE_SCHEDULE'] must be None or a cron expression "
+                    "(UTC), not %r: %s." % (cron, exc),
+                    id="scheduler_app.E056",
+                )
+            )
+    return problems
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)

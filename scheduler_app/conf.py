@@ -83,6 +83,23 @@ DEFAULTS: dict[str, Any] = {
     "WORKER_LOST_AFTER": 60.0,
     "STALE_SEND_AFTER": 3600.0,
     "STALLED_SEND_AFTER": 900.0,
+    # Prometheus metrics (scheduler_app.metrics; needs the [metrics] extra).
+    "METRICS_ALLOWED_IPS": [],  # addresses or networks the metrics view serves
+    "METRICS_TOKEN": None,  # or a bearer token that is served from anywhere
+    "METRICS_CACHE_SECONDS": 10.0,
+    "METRICS_WINDOW": 3600.0,  # recent runs, lateness and first-attempt success cover this
+    "METRICS_MAX_BATCHES": 10,  # at most this many sending/paused batches get their own series
+    # Retention (scheduler_prune and the built-in daily schedule): days to keep; None keeps.
+    "RETENTION_JOBS_DAYS": 30,
+    "RETENTION_OCCURRENCES_DAYS": 90,
+    "RETENTION_CONTROL_EVENTS_DAYS": 365,
+    "RETENTION_RECIPIENT_CONTEXT_DAYS": 30,
+    "RETENTION_DRY_RUN_REPORTS_DAYS": 30,
+    "RETENTION_WORKERS_DAYS": 7,
+    "RETENTION_ALERTS_DAYS": 90,
+    "PRUNE_BATCH_SIZE": 1000,
+    "PRUNE_MAX_ROWS": 1_000_000,
+    "PRUNE_SCHEDULE": "30 3 * * *",  # cron, UTC; None switches the built-in schedule off
 }
 
 # What each setting means, in Markdown: the settings reference in the docs is generated
@@ -228,6 +245,62 @@ DESCRIPTIONS: dict[str, str] = {
     "STALLED_SEND_AFTER": (
         "Seconds a sending batch may go without marking any recipient, while recipients "
         "are due, before a `stalled_send` alert opens."
+    ),
+    "METRICS_ALLOWED_IPS": (
+        'Client addresses or networks (`"10.0.0.0/8"`, `"::1"`) the metrics view serves; '
+        "others get 403. Behind a reverse proxy on the same host every request comes from "
+        "the proxy's address: use `METRICS_TOKEN` or block the path at the proxy."
+    ),
+    "METRICS_TOKEN": (
+        "A secret; a request with `Authorization: Bearer <token>` is served the metrics from "
+        "any address. `None`: addresses only."
+    ),
+    "METRICS_CACHE_SECONDS": (
+        "How long the metrics view reuses the numbers it read from the database (Django's "
+        "default cache); `0` reads them on every scrape."
+    ),
+    "METRICS_WINDOW": (
+        "Seconds of recent attempts the metrics view counts for runs per outcome, lateness "
+        "and the first-attempt success ratio."
+    ),
+    "METRICS_MAX_BATCHES": (
+        "At most this many send batches that are sending or paused (the most recent) get "
+        "their own `batch` series, so the number of series stays bounded."
+    ),
+    "RETENTION_JOBS_DAYS": (
+        "Days to keep finished jobs (succeeded, failed, cancelled) and their attempt "
+        "history, counted from `finished_at`. `None` keeps them."
+    ),
+    "RETENTION_OCCURRENCES_DAYS": (
+        "Days to keep the record of schedule occurrences (enqueued, skipped, error). "
+        "`None` keeps them."
+    ),
+    "RETENTION_CONTROL_EVENTS_DAYS": (
+        "Days to keep the audit trail of pauses, resumes and cancels. `None` keeps it."
+    ),
+    "RETENTION_RECIPIENT_CONTEXT_DAYS": (
+        "Days after a batch finished (completed, cancelled or failed) after which its "
+        "recipients' template context (personal data) is blanked; the recipient rows, "
+        "the sent markers, stay. `None` keeps it."
+    ),
+    "RETENTION_DRY_RUN_REPORTS_DAYS": (
+        "Days to keep dry-run report files, except the latest report of a batch that has "
+        "not finished. `None` keeps them."
+    ),
+    "RETENTION_WORKERS_DAYS": (
+        "Days to keep the heartbeat rows of stopped and lost workers. `None` keeps them."
+    ),
+    "RETENTION_ALERTS_DAYS": ("Days to keep resolved alerts. `None` keeps them."),
+    "PRUNE_BATCH_SIZE": (
+        "Rows one pruning statement deletes (or blanks); each is its own short transaction."
+    ),
+    "PRUNE_MAX_ROWS": (
+        "The breaker: a prune that would touch more rows than this refuses, deletes nothing "
+        "and raises an alert (`scheduler_prune --max-rows` overrides it once)."
+    ),
+    "PRUNE_SCHEDULE": (
+        "Cron expression (UTC) of the built-in daily prune schedule `scheduler-prune`; "
+        "`None` switches it off."
     ),
 }
 

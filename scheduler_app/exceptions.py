@@ -22,6 +22,12 @@ class SchedulerError(Exception):
         super().__init__(self.message)
 
 
+class PruneRefused(SchedulerError):
+    """More rows qualify for pruning than PRUNE_MAX_ROWS allows; nothing was deleted."""
+
+    code = "prune_refused"
+
+
 class ValidationError(SchedulerError, ValueError):
     """Invalid arguments."""
 

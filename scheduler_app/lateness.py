@@ -74,3 +74,18 @@ def _interpolate(values: list[float], fraction: float) -> float:
     position = fraction * (len(values) - 1)
     lower, upper = math.floor(position), math.ceil(position)
     return values[lower] + (values[upper] - values[lower]) * (position - lower)
+
+
+def hourly_p95(until: dt.datetime, *, hours: int = 24) -> dict[str, list[float | None]]:
+    """Return per task the p95 lateness of each of the ``hours`` hours before ``until``.
+
+    Oldest hour first; None for an hour in which the task did not start. One
+    query per hour, each a range of the attempts' started_at index.
+    """
+    start = until - dt.timedelta(hours=hours)
+    series: dict[str, list[float | None]] = {}
+    for hour in range(hours):
+        since = start + dt.timedelta(hours=hour)
+        for row in lateness_by_task(since, since + dt.timedelta(hours=1)):
+            series.setdefault(row.task_name, [None] * hours)[hour] = row.p95
+    return dict(sorted(series.items()))

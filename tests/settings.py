@@ -93,6 +93,9 @@ SCHEDULER_APP = {
     "CELERY_MAX_BROKER_WAIT": env.float("SCHEDULER_CELERY_MAX_BROKER_WAIT", 300.0),
     "ALERT_INTERVAL": env.float("SCHEDULER_ALERT_INTERVAL", 60.0),
     "WORKER_HEARTBEAT_INTERVAL": env.float("SCHEDULER_HEARTBEAT_INTERVAL", 10.0),
+    # The built-in prune schedule is on by default; tests of declared schedules count
+    # their own (tests/db/test_retention.py turns it on).
+    "PRUNE_SCHEDULE": None,
 }
 
 # django.tasks (the django_tasks backport on Django 5.2) enqueues scheduler_app jobs.

@@ -1,9 +1,30 @@
 """The operator's admin: thin layers over the domain functions.
 
 One module per area: jobs, schedules, sends, switchboard (kill switches),
-lateness, alerts, workers. Importing this package registers everything with admin.site.
+lateness, alerts, workers, overview, retention (prune runs). Importing this
+package registers everything with admin.site.
 """
 
-from scheduler_app.admin import alerts, jobs, lateness, schedules, sends, switchboard, workers
+from scheduler_app.admin import (
+    alerts,
+    jobs,
+    lateness,
+    overview,
+    retention,
+    schedules,
+    sends,
+    switchboard,
+    workers,
+)
 
-__all__ = ["alerts", "jobs", "lateness", "schedules", "sends", "switchboard", "workers"]
+__all__ = [
+    "alerts",
+    "jobs",
+    "lateness",
+    "overview",
+    "retention",
+    "schedules",
+    "sends",
+    "switchboard",
+    "workers",
+]

@@ -439,6 +439,14 @@ def _stale_messages(situation: Situation) -> list[Finding]:
     ]
 
 
+def prune_refused(situation: Situation) -> list[Finding]:
+    """The latest prune (not a dry-run) refused: its breaker tripped (until a prune succeeds)."""
+    from scheduler_app.retention import refusal_finding
+
+    finding = refusal_finding()
+    return [Finding(**finding)] if finding else []
+
+
 #: Every rule, by the kind of alert it finds.
 RULES: dict[str, Callable[[Situation], list[Finding]]] = {
     Kind.LATE: late,
@@ -450,4 +458,5 @@ RULES: dict[str, Callable[[Situation], list[Finding]]] = {
     Kind.STALLED_SEND: stalled_send,
     Kind.NO_WORKER: no_worker,
     Kind.STALE_SEND: stale_send,
+    Kind.PRUNE_REFUSED: prune_refused,
 }

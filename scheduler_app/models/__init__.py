@@ -1,7 +1,8 @@
 from scheduler_app.models.alerts import Alert
 from scheduler_app.models.controls import Control, ControlEvent
 from scheduler_app.models.cursors import SyncCursor
-from scheduler_app.models.jobs import Job, JobAttempt, LatenessOverview
+from scheduler_app.models.jobs import Job, JobAttempt, LatenessOverview, OperationsOverview
+from scheduler_app.models.retention import PruneRun
 from scheduler_app.models.schedules import Schedule, ScheduleOccurrence
 from scheduler_app.models.sends import RateLimit, Recipient, SendBatch
 from scheduler_app.models.workers import WorkerHeartbeat
@@ -13,6 +14,8 @@ __all__ = [
     "Job",
     "JobAttempt",
     "LatenessOverview",
+    "OperationsOverview",
+    "PruneRun",
     "RateLimit",
     "Recipient",
     "Schedule",

@@ -43,6 +43,7 @@ class Alert(models.Model):
         STALLED_SEND = "stalled_send", _("stalled send: a sending batch makes no progress")
         NO_WORKER = "no_worker", _("no live worker for a queue with due jobs")
         STALE_SEND = "stale_send", _("stale send: paused, too far past its time")
+        PRUNE_REFUSED = "prune_refused", _("prune refused: more rows than the breaker allows")
 
     kind = models.CharField(max_length=32, choices=Kind.choices)
     #: What the alert is about, e.g. "task:shop.sync", "schedule:nightly", "batch:12",

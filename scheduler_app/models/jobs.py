@@ -130,6 +130,12 @@ class Job(models.Model):
             ),
             models.Index(fields=["owner", "-id"], name="scheduler_job_owner"),
             models.Index(fields=["task_name", "status"], name="scheduler_job_task_status"),
+            # The pruner's query: finished jobs oldest first, read straight from the index.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status__in=["succeeded", "failed", "cancelled"]),
+                name="scheduler_job_prunable",
+            ),
             # The alert rules: a task's latest successes (absent, suspicious success) and
             # the final outcomes of the last hour (failing).
             models.Index(
@@ -179,7 +185,11 @@ class JobAttempt(models.Model):
 
     class Meta:
         ordering = ["job", "id"]
-        indexes = [models.Index(fields=["task_name", "started_at"], name="scheduler_attempt_task")]
+        indexes = [
+            models.Index(fields=["task_name", "started_at"], name="scheduler_attempt_task"),
+            # Recent attempts of every task (metrics, lateness charts): a range of this index.
+            models.Index(fields=["started_at"], name="scheduler_attempt_started"),
+        ]
 
     def __str__(self) -> str:
         return "%s attempt %s: %s" % (self.job_id, self.attempt, self.outcome)
@@ -197,3 +207,12 @@ class LatenessOverview(Job):
         proxy = True
         verbose_name = "lateness overview"
         verbose_name_plural = "lateness overview"
+
+
+class OperationsOverview(Job):
+    """A proxy so the operations overview page is listed (and permissioned) in the admin index."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "operations overview"
+        verbose_name_plural = "operations overview"

@@ -211,6 +211,8 @@ class ScheduleOccurrence(models.Model):
                 fields=["schedule", "occurrence_at"], name="scheduler_occurrence_once"
             )
         ]
+        # The pruner's query: occurrences older than a cutoff, across schedules.
+        indexes = [models.Index(fields=["occurrence_at"], name="scheduler_occurrence_at")]
 
     def __str__(self) -> str:
         return "%s @ %s: %s" % (self.schedule_id, self.occurrence_at.isoformat(), self.outcome)

@@ -8,6 +8,9 @@ Each entry maps a schedule name to its definition::
         "poll-feeds": {"task": "feeds.poll", "fixed_delay": 300, "jitter": 30},
     }
 
+The built-in ``scheduler-prune`` schedule (scheduler_app.retention, cron
+from PRUNE_SCHEDULE) is declared with them unless PRUNE_SCHEDULE is None.
+
 Keys: task (required); exactly one of cron, fixed_rate, fixed_delay
 (seconds); timezone, payload, queue, overlap ("skip"/"allow"), misfire
 ("run_once"/"run_all"/"skip"), misfire_grace and jitter (seconds),
@@ -43,6 +46,7 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
+from scheduler_app.retention import builtin_schedule
 from scheduler_app.scheduling import check_payload
 from scheduler_app.targets import TARGET_FIELDS, build_targets
 
@@ -97,6 +101,8 @@ def declared_schedules() -> dict[str, Schedule]:
     declared = app_settings.SCHEDULES
     if not isinstance(declared, dict):
         raise ValidationError("SCHEDULER_APP['SCHEDULES'] must be a dict of name -> definition.")
+    # The built-in ones first: a project that declares the same name replaces it.
+    declared = {**builtin_schedule(), **declared}
     return {name: _build(name, definition) for name, definition in declared.items()}
 
 

@@ -40,7 +40,7 @@ from scheduler_app.registry import get_task
 from scheduler_app.schedules.declared import sync_declared_schedules
 from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
 from scheduler_app.sends.sweeper import revive_stranded_batches
-from scheduler_app.signals import job_failed
+from scheduler_app.signals import attempt_finished, job_failed, jobs_claimed
 from scheduler_app.worker import holds, leases
 from scheduler_app.worker.execution import (
     ClaimedJob,
@@ -306,6 +306,7 @@ class Worker:
         for row in rows:
             self._take(ClaimedJob.from_row(row, started_at=now))
         self._counts["claimed"] += len(rows)
+        jobs_claimed.send(sender=Worker, worker_id=self.id, count=len(rows))
         return len(rows)
 
     def _take(self, job: ClaimedJob) -> None:
@@ -416,6 +417,15 @@ class Worker:
                 )
                 continue
             self._counts[finish.outcome] += 1
+            attempt_finished.send(
+                sender=Worker,
+                worker_id=self.id,
+                task_name=job.task_name,
+                outcome=finish.outcome,
+                attempt=job.attempt,
+                lateness=(job.started_at - job.due_at).total_seconds(),
+                duration=(finish.finished_at - job.started_at).total_seconds(),
+            )
             if finish.status == Job.Status.FAILED:
                 job_failed.send(
                     sender=Job, job_id=job.id, task_name=job.task_name, error=finish.error

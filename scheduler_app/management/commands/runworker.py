@@ -37,6 +37,17 @@ def positive_float(value: str) -> float:
     return number
 
 
+def port(value: str) -> int:
+    """Accept a TCP port number."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a port number" % value) from None
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError("must be from 1 to 65535, got %s" % number)
+    return number
+
+
 def worker_id(value: str) -> str:
     """Accept a name the jobs' worker_id column can hold."""
     if not 1 <= len(value) <= 200 or "\x00" in value:
@@ -107,6 +118,19 @@ class Command(BaseCommand):
             action="store_true",
             help="Do not evaluate the alert rules from this worker.",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            metavar="PORT",
+            help="Serve this worker's Prometheus counters on this port (needs the [metrics] "
+            "extra).",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="127.0.0.1",
+            metavar="ADDRESS",
+            help="Address the metrics port listens on (default 127.0.0.1; 0.0.0.0 for all).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         known = list(app_settings.QUEUES)
@@ -131,6 +155,8 @@ class Command(BaseCommand):
             heartbeat_interval=app_settings.WORKER_HEARTBEAT_INTERVAL,
             alert_interval=None if options["no_alerts"] else app_settings.ALERT_INTERVAL,
         )
+        if options["metrics_port"] is not None:
+            self._serve_metrics(worker_options.worker_id, options)
         worker = self.build_worker(worker_options, options["executor"])
         with graceful_signals(worker.stop):
             try:
@@ -157,3 +183,20 @@ class Command(BaseCommand):
             max_in_flight=app_settings.CELERY_MAX_IN_FLIGHT,
             max_broker_wait=app_settings.CELERY_MAX_BROKER_WAIT,
         )
+
+    def _serve_metrics(self, worker_id: str, options: dict[str, Any]) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        try:
+            from scheduler_app.metrics.worker import WorkerMetrics
+        except ImproperlyConfigured as exc:
+            raise CommandError("--metrics-port: %s" % exc) from exc
+        metrics = WorkerMetrics(worker_id)
+        try:
+            metrics.serve(options["metrics_port"], options["metrics_address"])
+        except OSError as exc:
+            raise CommandError(
+                "--metrics-port: cannot listen on %s:%s: %s"
+                % (options["metrics_address"], options["metrics_port"], exc)
+            ) from exc
+        metrics.connect()
