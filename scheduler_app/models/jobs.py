@@ -34,6 +34,15 @@ class JobQuerySet(models.QuerySet["Job"]):
         """Return jobs that are pending or running."""
         return self.filter(status__in=Job.UNFINISHED)
 
+    def finished(self) -> JobQuerySet:
+        """Return jobs that ran to an end: succeeded or failed (not cancelled)."""
+        return self.filter(status__in=[Job.Status.SUCCEEDED, Job.Status.FAILED])
+
+    def first_attempt_successes(self) -> JobQuerySet:
+        """Return jobs that succeeded on their first attempt (the first-attempt success rate
+        is ``first_attempt_successes().count() / finished().count()``)."""
+        return self.filter(status=Job.Status.SUCCEEDED, attempts=1)
+
 
 class Job(models.Model):
     """One run of a task: scheduled, claimed by at most one worker at a time, finished."""
@@ -123,6 +132,11 @@ class Job(models.Model):
                 condition=Q(status="pending"),
                 name="scheduler_job_claimable",
             ),
+            # The idle worker's "when is the next job due" look-up: the earliest
+            # run_at without sorting every pending row.
+            models.Index(
+                fields=["run_at"], condition=Q(status="pending"), name="scheduler_job_next_due"
+            ),
             models.Index(
                 fields=["lease_expires_at"],
                 condition=Q(status="running"),
@@ -145,6 +159,20 @@ class Job(models.Model):
         """Return how late the latest attempt started relative to when it was due."""
         return self.started_at - self.run_at if self.started_at else None
 
+    def attempt_history(self) -> list[JobAttempt]:
+        """Return every attempt of this job, oldest first.
+
+        Failures, retries, deferrals, rescues and hand-backs are JobAttempt
+        rows; a first attempt that succeeded is told by the job row alone (it
+        writes no JobAttempt row), so it is added here as an unsaved JobAttempt.
+        """
+        recorded = list(self.recorded_attempts.order_by("id"))
+        if self.status == Job.Status.SUCCEEDED and not any(
+            a.outcome == JobAttempt.Outcome.SUCCEEDED for a in recorded
+        ):
+            recorded.append(JobAttempt.from_job_row(self))
+        return recorded
+
 
 class JobAttempt(models.Model):
     """One attempt of a job: when it was due, when it ran, how it ended."""
@@ -157,7 +185,7 @@ class JobAttempt(models.Model):
         LEASE_EXPIRED = "lease_expired", _("lease expired")
         INTERRUPTED = "interrupted", _("handed back at shutdown")
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_history")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="recorded_attempts")
     attempt = models.PositiveIntegerField()
     task_name = models.CharField(max_length=200)
     worker_id = models.CharField(max_length=200, blank=True, default="")
@@ -173,6 +201,21 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return "%s attempt %s: %s" % (self.job_id, self.attempt, self.outcome)
+
+    @classmethod
+    def from_job_row(cls, job: Job) -> JobAttempt:
+        """Return (unsaved) the attempt a succeeded job's row describes: its last one."""
+        assert job.started_at is not None and job.finished_at is not None
+        return cls(
+            job=job,
+            attempt=job.attempts,
+            task_name=job.task_name,
+            worker_id=job.worker_id,
+            due_at=job.run_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            outcome=cls.Outcome.SUCCEEDED,
+        )
 
     @property
     def lateness(self) -> dt.timedelta:

@@ -303,7 +303,7 @@ def test_unknown_task_is_handed_back_until_its_grace_has_passed(caplog):
         stored = {
             job.pk: wait_until(
                 lambda job=job: (
-                    Job.objects.filter(pk=job.pk, attempt_history__isnull=False)
+                    Job.objects.filter(pk=job.pk, recorded_attempts__isnull=False)
                     .exclude(status=Status.RUNNING)
                     .first()
                 ),
@@ -333,7 +333,7 @@ def test_unknown_task_is_handed_back_until_its_grace_has_passed(caplog):
         )
     # Looked at again shortly, but never after the grace ends.
     fresh_row = stored[fresh.pk]
-    assert fresh_row.run_at - fresh_row.attempt_history.get().finished_at == 10 * SECOND
+    assert fresh_row.run_at - fresh_row.recorded_attempts.get().finished_at == 10 * SECOND
     assert stored[nearly.pk].run_at == nearly.scheduled_for + GRACE
 
     old_row = stored[old.pk]
