@@ -22,6 +22,21 @@ class JobQuerySet(models.QuerySet["Job"]):
         """Return pending jobs whose run_at has come."""
         return self.pending().filter(run_at__lte=now or clock.now())
 
+    def by_due_time(
+        self, queues: list[str], paused_tasks: set[str] | frozenset[str] = frozenset()
+    ) -> JobQuerySet:
+        """Return pending jobs of ``queues``, except ``paused_tasks``', earliest run_at first.
+
+        The index scheduler_job_next_due serves it: an idle worker reads the first
+        row, never sorts every pending one.
+        """
+        return (
+            self.pending()
+            .filter(queue__in=queues)
+            .exclude(task_name__in=paused_tasks)
+            .order_by("run_at")
+        )
+
     def running(self) -> JobQuerySet:
         """Return jobs claimed by a worker."""
         return self.filter(status=Job.Status.RUNNING)

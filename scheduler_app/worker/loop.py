@@ -617,10 +617,7 @@ class Worker:
         # Measured against the database's clock, which claims compare run_at with: a host
         # whose clock runs ahead must not poll without sleeping until the job is due.
         wait = (
-            Job.objects.pending()
-            .filter(queue__in=queues)
-            .exclude(task_name__in=self._paused.tasks)
-            .order_by("run_at")
+            Job.objects.by_due_time(queues, self._paused.tasks)
             .annotate(wait=F("run_at") - DatabaseNow())
             .values_list("wait", flat=True)
             .first()
