@@ -28,7 +28,7 @@ class Migration(migrations.Migration):
         AddIndexConcurrently(
             model_name="job",
             index=models.Index(
-                condition=models.Q(("status", "pending")),
+                condition=models.Q(("lease_expires_at__isnull", True), ("status", "pending")),
                 fields=["run_at"],
                 name="scheduler_job_next_due",
             ),

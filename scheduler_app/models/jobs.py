@@ -25,14 +25,15 @@ class JobQuerySet(models.QuerySet["Job"]):
     def by_due_time(
         self, queues: list[str], paused_tasks: set[str] | frozenset[str] = frozenset()
     ) -> JobQuerySet:
-        """Return pending jobs of ``queues``, except ``paused_tasks``', earliest run_at first.
+        """Return pending jobs of ``queues`` no worker holds, except ``paused_tasks``',
+        earliest run_at first.
 
         The index scheduler_job_next_due serves it: an idle worker reads the first
         row, never sorts every pending one.
         """
         return (
             self.pending()
-            .filter(queue__in=queues)
+            .filter(queue__in=queues, lease_expires_at__isnull=True)
             .exclude(task_name__in=paused_tasks)
             .order_by("run_at")
         )
@@ -147,10 +148,14 @@ class Job(models.Model):
                 condition=Q(status="pending"),
                 name="scheduler_job_claimable",
             ),
-            # The idle worker's "when is the next job due" look-up: the earliest
-            # run_at without sorting every pending row.
+            # The idle worker's "when is the next job due" look-up (by_due_time): the
+            # earliest run_at without sorting every pending row. Its condition names
+            # lease_expires_at, which the claim does not test, so that the planner can
+            # never range-scan it for a claim and sort every due job.
             models.Index(
-                fields=["run_at"], condition=Q(status="pending"), name="scheduler_job_next_due"
+                fields=["run_at"],
+                condition=Q(status="pending", lease_expires_at__isnull=True),
+                name="scheduler_job_next_due",
             ),
             models.Index(
                 fields=["lease_expires_at"],
