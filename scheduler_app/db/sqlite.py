@@ -156,6 +156,30 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
     return accepted
 
 
+def finish_and_claim(
+    rows: Sequence[Sequence],
+    *,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str] = (),
+) -> tuple[set[int], list[tuple]]:
+    """finish_jobs(rows), then claim_jobs(...), in one transaction; return (accepted, claimed)."""
+    with transaction.atomic():
+        accepted = finish_jobs(rows, worker=worker)
+        claimed = claim_jobs(
+            worker=worker,
+            queues=queues,
+            limit=limit,
+            now=now,
+            lease=lease,
+            paused_tasks=paused_tasks,
+        )
+    return accepted, claimed
+
+
 def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
     """SQLite has no NOTIFY: workers find new jobs by polling."""
 
