@@ -23,7 +23,8 @@ BENCH_DATABASE_URL names another), migrates it, and measures:
     a bare ``raw_jobs`` table with UPDATE ... FOR UPDATE SKIP LOCKED and mark
     them done, until nothing is left; three rounds, the median counts.
 
-Environment: BENCH_JOBS (20000), BENCH_CONCURRENCY (32), BENCH_BATCH (100),
+Environment: BENCH_JOBS (20000), BENCH_CONCURRENCY and BENCH_BATCH (the app's
+defaults, CONCURRENCY and CLAIM_BATCH_SIZE in scheduler_app.conf),
 BENCH_WORKERS (2), BENCH_DATABASE_URL, BENCH_PROFILE (a directory: record
 the drain workers with py-spy and print the hot spots; perturbs the figures),
 BENCH_RESULTS (results file, default bench/results-worker.md), BENCH_REVISION
@@ -818,9 +819,14 @@ def write_results(
 
 
 def main() -> None:
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from scheduler_app.conf import DEFAULTS
+
     jobs = env_int("BENCH_JOBS", 20000)
-    concurrency = env_int("BENCH_CONCURRENCY", 32)
-    batch = env_int("BENCH_BATCH", 100)
+    # The app's defaults, what a user gets without tuning.
+    concurrency = env_int("BENCH_CONCURRENCY", DEFAULTS["CONCURRENCY"])
+    batch = env_int("BENCH_BATCH", DEFAULTS["CLAIM_BATCH_SIZE"])
     n_workers = env_int("BENCH_WORKERS", 2)
     url = os.environ.get("BENCH_DATABASE_URL") or DEFAULT_URL
     profile = os.environ.get("BENCH_PROFILE")
