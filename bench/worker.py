@@ -247,11 +247,11 @@ def seed_history(jobs: int) -> int:
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE scheduler_app_job SET status = 'succeeded', attempts = 1, "
-            "started_at = now(), finished_at = now()"
+            "started_at = now(), finished_at = now() WHERE status = 'pending' AND run_at <= now()"
         )
         cursor.execute("VACUUM ANALYZE scheduler_app_job")
         cursor.execute("VACUUM ANALYZE scheduler_app_jobattempt")
-        cursor.execute("SELECT max(id) FROM scheduler_app_job")
+        cursor.execute("SELECT COALESCE(max(id), 0) FROM scheduler_app_job")
         return cursor.fetchone()[0]
 
 
@@ -259,13 +259,21 @@ def seed_history(jobs: int) -> int:
 
 
 def bench_drain(
-    url: str, jobs: int, concurrency: int, batch: int, n_workers: int, profile_dir: Path | None
+    url: str,
+    jobs: int,
+    concurrency: int,
+    batch: int,
+    n_workers: int,
+    profile_dir: Path | None,
+    history: int | None = None,
 ) -> dict:
+    """Drain ``jobs`` after seeding ``history`` finished rows (default: ``jobs``); with
+    ``history=0`` the rows already in the table stay as they are."""
     from django.db import connection, transaction
 
     from scheduler_app import clock, schedule_many
 
-    last_history_id = seed_history(jobs)
+    last_history_id = seed_history(jobs if history is None else history)
     workers: list[WorkerProcess] = []
     profilers: list[Profiler] = []
     try:
@@ -298,7 +306,8 @@ def bench_drain(
                 polls += 1
                 cursor.execute(
                     "SELECT EXISTS (SELECT 1 FROM scheduler_app_job "
-                    "WHERE status IN ('pending', 'running'))"
+                    "WHERE status IN ('pending', 'running') AND id > %s AND run_at <= now())",
+                    [last_history_id],
                 )
                 if not cursor.fetchone()[0]:
                     break
