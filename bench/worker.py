@@ -693,11 +693,18 @@ def format_explain(e: dict) -> str:
             % (live, dead, vacuumed, analyzed),
             one("CLAIM %s (scheduler_app)" % e["limit"], e["claim"]),
             one("FINISH %s (scheduler_app)" % e["finish_rows"], e["finish"]),
-            one(
-                "FINISH %s, driven by the primary key (bench-only)" % e["limit"],
-                e["finish_pkey"],
-            ),
         ]
+        # Since #14 scheduler_app's FINISH is driven by the primary key itself.
+        + (
+            [
+                one(
+                    "FINISH %s, driven by the primary key (bench-only)" % e["limit"],
+                    e["finish_pkey"],
+                )
+            ]
+            if e["finish_pkey"] is not None
+            else []
+        )
     )
 
 
@@ -762,7 +769,7 @@ def write_results(
         % (RAW_PROCESSES, RAW_BATCH, raw["jobs_s"], raw["jobs"], raw["elapsed_s"]),
         "| (c) raw rounds | %s jobs/s (median reported) |"
         % ", ".join("%.0f" % r for r in raw["rounds_jobs_s"]),
-        "| drain / raw | **%.2f** (target ≥ 0.25) |" % ratio,
+        "| drain / raw | **%.2f** (target ≥ 0.30) |" % ratio,
         "| (b) pickup latency, %s jobs one every %d ms, 1 idle worker, poll 30 s | "
         "**p50 %.2f ms, p99 %.2f ms** from commit returned (min %.2f, max %.2f); "
         "from COMMIT sent: p50 %.2f ms, p99 %.2f ms; schedule()+commit p50 %.2f ms |"
@@ -778,10 +785,10 @@ def write_results(
             pickup["commit_p50_ms"],
         ),
         "",
-        "Targets: drain ≥ 20,000 jobs/s %s; ≥ 25%% of raw %s; pickup p99 < 10 ms %s."
+        "Targets: drain ≥ 20,000 jobs/s %s; ≥ 30%% of raw %s; pickup p99 < 10 ms %s."
         % (
             "met" if drain["jobs_s"] >= 20000 else "**missed**",
-            "met" if ratio >= 0.25 else "**missed**",
+            "met" if ratio >= 0.30 else "**missed**",
             "met" if pickup["p99_ms"] < 10 else "**missed**",
         ),
         "",
