@@ -59,7 +59,9 @@ CLAIM_SAMPLES = 21
 CLAIM_BACKLOG = 20000
 
 
-def bench_backlog_pickup(url: str, backlog: int, concurrency: int, batch: int, workers: int) -> dict:
+def bench_backlog_pickup(
+    url: str, backlog: int, concurrency: int, batch: int, workers: int
+) -> dict:
     from django.db import connection, transaction
 
     from scheduler_app import clock, schedule, schedule_many

@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from scheduler_app.cancellation import CancelOutcome
-from scheduler_app.models import Job, JobAttempt, SendBatch
+from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends.batches import batch_progress
 
 #: Not blank: at least one character other than whitespace.
@@ -78,23 +78,6 @@ class JobSerializer(serializers.Serializer):
     cancelled_at = serializers.DateTimeField(read_only=True, allow_null=True)
     attempts = serializers.IntegerField(read_only=True)
     max_attempts = serializers.IntegerField(read_only=True)
-
-
-class JobAttemptSerializer(serializers.Serializer):
-    """One attempt of a job (see Job.attempt_history())."""
-
-    attempt = serializers.IntegerField(read_only=True)
-    outcome = serializers.ChoiceField(choices=JobAttempt.Outcome.choices, read_only=True)
-    due_at = serializers.DateTimeField(read_only=True, help_text="When the attempt was due.")
-    started_at = serializers.DateTimeField(read_only=True)
-    finished_at = serializers.DateTimeField(read_only=True)
-
-
-class JobDetailSerializer(JobSerializer):
-    """A job with its attempt history, oldest attempt first."""
-
-    # DRF calls the method: Job.attempt_history() merges the job row and JobAttempt.
-    attempt_history = JobAttemptSerializer(many=True, read_only=True)
 
 
 @extend_schema_serializer(component_name="SchedulerJobFilters")

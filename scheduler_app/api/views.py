@@ -47,7 +47,6 @@ from scheduler_app.api.serializers import (
     ErrorSerializer,
     JobCancelResultSerializer,
     JobConflictSerializer,
-    JobDetailSerializer,
     JobFilterSerializer,
     JobSerializer,
     MessageScheduledSerializer,
@@ -270,13 +269,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
     @document(
         summary="Retrieve a job",
         description="One of the caller's jobs.",
-        responses={200: JobDetailSerializer, 401: NOT_AUTHENTICATED, 404: NOT_FOUND},
+        responses={200: JobSerializer, 401: NOT_AUTHENTICATED, 404: NOT_FOUND},
     )
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         job = self.get_queryset().filter(pk=self.object_id()).first()
         if job is None:
             raise exceptions.NotFound()
-        return Response(JobDetailSerializer(job).data)
+        return Response(JobSerializer(job).data)
 
     @document(
         summary="Cancel a job",

@@ -1,13 +1,12 @@
 """Attempt history: a first attempt that succeeds is told by the job row alone (no
-JobAttempt row); Job.attempt_history(), lateness_by_task, the admin and the API merge
-the job row with the JobAttempt rows, and count each attempt once."""
+JobAttempt row); Job.attempt_history(), lateness_by_task and the admin merge the job
+row with the JobAttempt rows, and count each attempt once."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 import pytest
-from rest_framework.test import APIClient
 
 from scheduler_app import RetryPolicy, schedule, task
 from scheduler_app.lateness import TaskLateness, lateness_by_task
@@ -135,28 +134,6 @@ def test_lateness_by_task_counts_first_attempt_successes_from_job_rows_once():
     rows = lateness_by_task(T0 - dt.timedelta(hours=1), T0 + dt.timedelta(hours=1))
 
     assert rows == [TaskLateness(task_name=TASK, count=3, p50=3.0, p95=4.8, max=5.0)]
-
-
-@pytest.mark.django_db
-def test_api_job_detail_shows_the_merged_attempt_history(django_user_model):
-    from rest_framework.authtoken.models import Token
-
-    ada = django_user_model.objects.create_user("ada")
-    job = succeeded_job(lateness=2, attempts=2)
-    job.owner = ada
-    job.save(update_fields=["owner"])
-    recorded(job, 1, Outcome.RETRIED, started_at=T0 - dt.timedelta(minutes=1))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION="Token %s" % Token.objects.create(user=ada).key)
-
-    body = client.get("/api/jobs/%s/" % job.pk).json()
-
-    assert [(a["attempt"], a["outcome"]) for a in body["attempt_history"]] == [
-        (1, "retried"),
-        (2, "succeeded"),
-    ]
-    assert body["attempt_history"][1]["started_at"] == "2026-03-01T12:00:00Z"
-    assert "error" not in body["attempt_history"][0]  # errors stay with operators
 
 
 @pytest.mark.django_db
