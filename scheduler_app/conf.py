@@ -16,8 +16,10 @@ from django.core.signals import setting_changed
 DEFAULTS: dict[str, Any] = {
     # Queues a job may be scheduled on; anything else is refused.
     "QUEUES": ["default"],
-    # Worker defaults (each one a runworker option too).
-    "CONCURRENCY": 4,
+    # Worker defaults (each one a runworker option too). 10: four workers open at most
+    # 4 x (10 executors + 10 send-lane claim keepers + loop + LISTEN + lease renewal) = 92
+    # connections, under PostgreSQL's default max_connections of 100 (docs/performance.md).
+    "CONCURRENCY": 10,
     "CLAIM_BATCH_SIZE": 100,
     "POLL_INTERVAL": 1.0,
     "LEASE_SECONDS": 30.0,
@@ -109,7 +111,10 @@ DESCRIPTIONS: dict[str, str] = {
         "The queues jobs may be scheduled on; scheduling on any other queue raises "
         "`UnknownQueue`. `runworker` serves all of them unless given `--queue`."
     ),
-    "CONCURRENCY": ("Jobs one worker runs at once, each in its own thread (`--concurrency`)."),
+    "CONCURRENCY": (
+        "Jobs one worker runs at once, each in its own thread (`--concurrency`). A worker "
+        "opens up to 2 x CONCURRENCY + 3 database connections (see the performance guide)."
+    ),
     "CLAIM_BATCH_SIZE": ("Most jobs a worker claims in one statement (`--batch-size`)."),
     "POLL_INTERVAL": (
         "Longest time, in seconds, an idle worker waits before looking for due jobs again "

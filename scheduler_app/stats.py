@@ -9,8 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, QuerySet, Sum
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    Q,
+    QuerySet,
+    Sum,
+    Value,
+)
 
 from scheduler_app.conf import app_settings
 from scheduler_app.models import Alert, Job, JobAttempt, SendBatch, WorkerHeartbeat
@@ -119,7 +130,8 @@ def queue_depths(now: dt.datetime) -> list[QueueDepth]:
 
 
 def recent_runs(since: dt.datetime, until: dt.datetime) -> list[TaskRuns]:
-    """Return per task the attempts that started in ``[since, until)``, in one query.
+    """Return per task the attempts that started in ``[since, until)``, in two queries (attempt
+    rows, and the first-attempt successes only their job row tells).
 
     Lateness (started_at - due_at) counts first attempts only: a retry is late
     by its backoff on purpose.
@@ -142,8 +154,26 @@ def recent_runs(since: dt.datetime, until: dt.datetime) -> list[TaskRuns]:
         )
         .order_by("task_name", "outcome")
     )
+    # First-attempt successes that only their job row tells (see Job.attempt_history()).
+    row_lateness = ExpressionWrapper(F("started_at") - F("run_at"), output_field=DurationField())
+    told_by_row = (
+        Job.objects.told_by_row(since, until)
+        .alias(lateness=row_lateness)
+        .values("task_name")
+        .annotate(
+            outcome=Value(JobAttempt.Outcome.SUCCEEDED),
+            attempts=Count("id"),
+            first_attempts=Count("id"),
+            lateness_sum=Sum("lateness"),
+            **{
+                "le_%s" % index: Count("id", filter=Q(lateness__lte=dt.timedelta(seconds=bound)))
+                for index, bound in enumerate(LATENESS_BUCKETS)
+            },
+        )
+        .order_by("task_name")
+    )
     by_task: dict[str, dict] = {}
-    for row in rows:
+    for row in itertools.chain(rows, told_by_row):
         task = by_task.setdefault(
             row["task_name"],
             {
@@ -155,7 +185,8 @@ def recent_runs(since: dt.datetime, until: dt.datetime) -> list[TaskRuns]:
                 "sum": 0.0,
             },
         )
-        task["outcomes"][row["outcome"]] = row["attempts"]
+        outcomes = task["outcomes"]
+        outcomes[row["outcome"]] = outcomes.get(row["outcome"], 0) + row["attempts"]
         task["first"] += row["first_attempts"]
         if row["outcome"] in DECIDED_OUTCOMES:
             task["decided"] += row["first_attempts"]

@@ -134,7 +134,7 @@ class SchedulerBackend(BaseTaskBackend):
 
 def load_result(job: Job) -> TaskResult:
     """Return ``job`` (a runner job) as a TaskResult, with errors and workers from its history."""
-    attempts = list(job.attempt_history.order_by("id"))
+    attempts = job.attempt_history()
     return _result(job, enqueued_task(job), attempts)
 
 

@@ -66,9 +66,9 @@ WITH v AS (
     SELECT * FROM unnest(
         %s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::timestamptz[], %s::int[],
         %s::text[], %s::timestamptz[], %s::text[], %s::timestamptz[],
-        %s::int[], %s::text[], %s::timestamptz[], %s::timestamptz[]
+        %s::int[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::bool[]
     ) AS v(id, token, status, outcome, run_at, refund, error, finished_at, result, deadline,
-           attempt, task_name, due_at, started_at)
+           attempt, task_name, due_at, started_at, history)
 ), done AS (
     UPDATE {JOB} AS j
     SET status = v.status,
@@ -78,19 +78,29 @@ WITH v AS (
         last_error = v.error,
         result = v.result::jsonb,
         retry_later_deadline = COALESCE(v.deadline, j.retry_later_deadline),
-        worker_id = '', lease_expires_at = NULL
+        worker_id = CASE WHEN v.history THEN '' ELSE j.worker_id END,
+        lease_expires_at = NULL
     FROM v
-    WHERE j.id = v.id AND j.lease_token = v.token AND j.status = 'running'
+    WHERE j.id = ANY(%s::bigint[]) AND j.id = v.id AND j.lease_token = v.token
+      AND (j.status = 'running') IS TRUE
     RETURNING j.id
+), recorded AS (
+    INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at,
+                           finished_at, outcome, error)
+    SELECT v.id, v.attempt, v.task_name, %s, v.due_at, v.started_at, v.finished_at, v.outcome,
+           v.error
+    FROM v JOIN done ON done.id = v.id
+    WHERE v.history
 )
-INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at, finished_at,
-                       outcome, error)
-SELECT v.id, v.attempt, v.task_name, %s, v.due_at, v.started_at, v.finished_at, v.outcome, v.error
-FROM v JOIN done ON done.id = v.id
-RETURNING job_id
+SELECT id FROM done
 """
 """Record many finished attempts in one statement. The lease_token guard
-fences out a worker whose lease expired: its rows match nothing."""
+fences out a worker whose lease expired: its rows match nothing. Rows are found
+by primary key (``j.id = ANY(ids)``); the status guard is written ``IS TRUE`` so
+that it implies no partial index's predicate, or the planner may scan one of them
+(every pending job) instead. An attempt-history row is written only where
+``history`` says the job row cannot tell the attempt (see Finish.needs_history_row);
+where it can, the row keeps the worker that ran it."""
 
 NOTIFY = "SELECT pg_notify(%s, %s)"
 """Wake idle workers; inside a transaction it is delivered at commit."""
@@ -127,29 +137,73 @@ def claim_jobs(
     ``lease`` from the database's clock.
     """
     with bound_cursor() as cursor:
-        cursor.execute(
-            CLAIM,
-            {
-                "worker": worker,
-                "queues": list(queues),
-                "limit": limit,
-                "started": now,
-                "frozen": clock.frozen_at(),
-                "lease": lease,
-                "paused_tasks": list(paused_tasks),
-            },
-        )
+        cursor.execute(CLAIM, _claim_params(worker, queues, limit, now, lease, paused_tasks))
         return cursor.fetchall()
+
+
+def _claim_params(
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str],
+) -> dict:
+    return {
+        "worker": worker,
+        "queues": list(queues),
+        "limit": limit,
+        "started": now,
+        "frozen": clock.frozen_at(),
+        "lease": lease,
+        "paused_tasks": list(paused_tasks),
+    }
 
 
 def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
     """Apply finish rows (see worker.execution.Finish.as_row); return the job ids accepted."""
     if not rows:
         return set()
-    columns = [list(column) for column in zip(*rows, strict=True)]
     with bound_cursor() as cursor:
-        cursor.execute(FINISH, [*columns, worker])
+        cursor.execute(FINISH, _finish_params(rows, worker))
         return {row[0] for row in cursor.fetchall()}
+
+
+def _finish_params(rows: Sequence[Sequence], worker: str) -> list:
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    return [*columns, columns[0], worker]
+
+
+def finish_and_claim(
+    rows: Sequence[Sequence],
+    *,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str] = (),
+) -> tuple[set[int], list[tuple]]:
+    """finish_jobs(rows) and claim_jobs(...) in one round trip; return (accepted ids, claimed rows).
+
+    Both statements go out together in psycopg's pipeline mode and run in one
+    implicit transaction, committed once at the pipeline's sync: one network
+    round trip and one WAL flush instead of two each. If either fails, neither
+    is applied and the error is raised.
+    """
+    connection.ensure_connection()
+    raw = connection.connection
+    with (
+        connection.wrap_database_errors,
+        raw.pipeline(),
+        psycopg.Cursor(raw) as finishing,
+        psycopg.Cursor(raw) as claiming,
+    ):
+        finishing.execute(FINISH, _finish_params(rows, worker))
+        claiming.execute(CLAIM, _claim_params(worker, queues, limit, now, lease, paused_tasks))
+        accepted = {row[0] for row in finishing.fetchall()}
+        claimed = claiming.fetchall()
+    return accepted, claimed
 
 
 def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
@@ -173,8 +227,8 @@ ORDER BY task_name
 
 
 def lateness_percentiles(attempts: QuerySet) -> list[tuple]:
-    """Return (task, count, p50, p95, max) rows for an attempts queryset."""
-    sql, params = attempts.values("task_name", "due_at", "started_at").query.sql_with_params()
+    """Return (task, count, p50, p95, max) rows for a (task_name, due_at, started_at) queryset."""
+    sql, params = attempts.query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(LATENESS.format(attempts=sql), params)
         return cursor.fetchall()

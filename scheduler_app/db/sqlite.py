@@ -38,10 +38,11 @@ UPDATE {JOB}
 SET status = %s, run_at = COALESCE(%s, run_at), attempts = attempts - %s,
     finished_at = %s, last_error = %s, result = %s,
     retry_later_deadline = COALESCE(%s, retry_later_deadline),
-    worker_id = '', lease_expires_at = NULL
+    worker_id = CASE WHEN %s THEN '' ELSE worker_id END, lease_expires_at = NULL
 WHERE id = %s AND lease_token = %s AND status = 'running'
 """
-"""Record one finished attempt, fenced by the lease token."""
+"""Record one finished attempt, fenced by the lease token. Without an attempt-history
+row (see Finish.needs_history_row) the job row keeps the worker that ran it."""
 
 INSERT_ATTEMPT = f"""
 INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at, finished_at,
@@ -117,6 +118,7 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
             task_name,
             due_at,
             started_at,
+            history,
         ) in rows:
             cursor.execute(
                 FINISH,
@@ -128,12 +130,15 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
                     error,
                     result,
                     adapt(deadline),
+                    history,
                     job_id,
                     token,
                 ],
             )
-            if cursor.rowcount:
-                accepted.add(job_id)
+            if not cursor.rowcount:
+                continue
+            accepted.add(job_id)
+            if history:
                 cursor.execute(
                     INSERT_ATTEMPT,
                     [
@@ -149,6 +154,30 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
                     ],
                 )
     return accepted
+
+
+def finish_and_claim(
+    rows: Sequence[Sequence],
+    *,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str] = (),
+) -> tuple[set[int], list[tuple]]:
+    """finish_jobs(rows), then claim_jobs(...), in one transaction; return (accepted, claimed)."""
+    with transaction.atomic():
+        accepted = finish_jobs(rows, worker=worker)
+        claimed = claim_jobs(
+            worker=worker,
+            queues=queues,
+            limit=limit,
+            now=now,
+            lease=lease,
+            paused_tasks=paused_tasks,
+        )
+    return accepted, claimed
 
 
 def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:

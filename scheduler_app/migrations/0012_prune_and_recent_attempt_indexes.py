@@ -1,6 +1,6 @@
 from django.db import migrations, models
 
-from scheduler_app.db.operations import AddIndexConcurrently
+from scheduler_app.db.indexes import AddIndexConcurrently
 
 
 class Migration(migrations.Migration):

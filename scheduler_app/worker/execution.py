@@ -133,7 +133,17 @@ class Finish:
             job.task_name,
             job.due_at,
             job.started_at,
+            self.needs_history_row,
         )
+
+    @property
+    def needs_history_row(self) -> bool:
+        """Return whether the attempt needs a JobAttempt row to be told later.
+
+        A first attempt that succeeds is fully described by the job row (its
+        worker, attempt 1, started_at, finished_at): see Job.attempt_history().
+        """
+        return not (self.outcome == Outcome.SUCCEEDED and self.job.attempt == 1)
 
     def storable(self, reason: str) -> Finish:
         """Return this outcome with its result and error cut down to what any database stores."""

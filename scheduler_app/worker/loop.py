@@ -253,15 +253,51 @@ class Worker:
     def _turn(self) -> None:
         self._wake.clear()
         self._collect()
-        self._flush()
         self._side_duties()
-        claimed = 0
         free = self._free_slots()
-        if free and not self.stopping:
-            claimed = self._claim(min(free, self.options.batch_size))
-            if claimed == min(free, self.options.batch_size):
-                return  # a full batch: more may be due, claim again as slots free up
+        limit = 0 if self.stopping else min(free, self.options.batch_size)
+        claimed = self._exchange(limit)
+        if limit and claimed == limit:
+            return  # a full batch: more may be due, claim again as slots free up
         self._wait(self._sleep_time(idle=claimed == 0 and free > 0))
+
+    def _exchange(self, limit: int) -> int:
+        """Record the collected outcomes and claim up to ``limit`` jobs; return how many.
+
+        When there is both to do, one round trip and one commit do both
+        (backend().finish_and_claim); if the database refuses that, each is
+        done on its own, so that a refused outcome never costs the claim.
+        """
+        queues = self._claimable_queues() if limit else []
+        if not queues:
+            self._flush()
+            return 0
+        if not self._unflushed:
+            return self._claim(limit)
+        finishes = self._unflushed
+        if any(finish.cursors for finish in finishes):
+            # Cursor proposals are saved with their outcomes (outcomes.finish_jobs).
+            self._flush()
+            return self._claim(limit)
+        now = clock.now()
+        arguments = self._claim_arguments(queues, limit, now)
+        try:
+            result = self._with_db(
+                lambda: backend().finish_and_claim([f.as_row() for f in finishes], **arguments)
+            )
+        except DatabaseError:
+            logger.exception(
+                "finish and claim refused, recording outcomes and claiming apart worker=%s",
+                self.id,
+            )
+            self._flush()
+            return self._claim(limit)
+        if result is None:
+            return 0  # the database is away; the outcomes are kept for the next turn
+        accepted, rows = result
+        self._unflushed = []
+        self._settle(finishes, accepted)
+        return self._took(rows, now)
 
     def _wait(self, timeout: float) -> None:
         """Sleep until woken or ``timeout``; once woken by a finished job, gather a batch."""
@@ -286,23 +322,27 @@ class Worker:
         return [q for q in self.options.queues if q not in paused.queues]
 
     def _claim(self, limit: int) -> int:
-        paused = self._paused
         queues = self._claimable_queues()
         if not queues:
             return 0
         now = clock.now()
-        rows = self._with_db(
-            lambda: backend().claim_jobs(
-                worker=self.id,
-                queues=queues,
-                limit=limit,
-                now=now,
-                lease=self.options.lease,
-                paused_tasks=sorted(paused.tasks),
-            )
-        )
-        if not rows:
-            return 0
+        arguments = self._claim_arguments(queues, limit, now)
+        rows = self._with_db(lambda: backend().claim_jobs(**arguments))
+        return self._took(rows or [], now)
+
+    def _claim_arguments(self, queues: list[str], limit: int, now: dt.datetime) -> dict:
+        """Return the keyword arguments of backend().claim_jobs() for this worker."""
+        return {
+            "worker": self.id,
+            "queues": queues,
+            "limit": limit,
+            "now": now,
+            "lease": self.options.lease,
+            "paused_tasks": sorted(self._paused.tasks),
+        }
+
+    def _took(self, rows: list[tuple], now: dt.datetime) -> int:
+        """Start the jobs a claim at ``now`` returned; return how many."""
         for row in rows:
             self._take(ClaimedJob.from_row(row, started_at=now))
         self._counts["claimed"] += len(rows)
@@ -405,6 +445,10 @@ class Worker:
         if accepted is None:
             return  # the database is away; keep them and try again next turn
         self._unflushed = []
+        self._settle(finishes, accepted)
+
+    def _settle(self, finishes: list[Finish], accepted: set[int]) -> None:
+        """Count the recorded outcomes and signal failures; report the ones fencing refused."""
         for finish in finishes:
             job = finish.job
             if job.id not in accepted:
@@ -645,10 +689,7 @@ class Worker:
         # Measured against the database's clock, which claims compare run_at with: a host
         # whose clock runs ahead must not poll without sleeping until the job is due.
         wait = (
-            Job.objects.pending()
-            .filter(queue__in=queues)
-            .exclude(task_name__in=self._paused.tasks)
-            .order_by("run_at")
+            Job.objects.by_due_time(queues, self._paused.tasks)
             .annotate(wait=F("run_at") - DatabaseNow())
             .values_list("wait", flat=True)
             .first()

@@ -191,20 +191,22 @@ def test_two_evaluators_on_separate_connections_open_each_alert_once():
 
     def contender():
         try:
-            with frozen_clock(T0):
-                barrier.wait(timeout=10)
-                results.append(evaluate())
+            barrier.wait(timeout=10)
+            results.append(evaluate())
         except BaseException as exc:
             errors.append(exc)
         finally:
             connection.close()
 
-    for _ in range(5):
-        threads = [threading.Thread(target=contender) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=30)
+    # The clock is one global: frozen here, not in each thread, or the thread that
+    # leaves last would restore the other's frozen time.
+    with frozen_clock(T0):
+        for _ in range(5):
+            threads = [threading.Thread(target=contender) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=30)
     assert not errors
     assert len(results) == 10
     assert Alert.objects.filter(kind=Kind.NO_WORKER).count() == 1

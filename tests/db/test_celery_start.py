@@ -9,7 +9,7 @@ import pytest
 from scheduler_app import clock
 from scheduler_app.celery.execution import run_published, start
 from scheduler_app.db import backend
-from scheduler_app.models import Job, JobAttempt
+from scheduler_app.models import Job
 from scheduler_app.scheduling import schedule
 from scheduler_app.worker.execution import ClaimedJob, hand_back
 from scheduler_app.worker.outcomes import record_one
@@ -74,5 +74,6 @@ def test_run_published_runs_and_records_the_job_once():
     assert run_published(job.pk, published.lease_token, worker_id="w", lease=LEASE) == "refused"
 
     assert Run.objects.filter(job_id=job.pk).count() == 1
-    assert list(JobAttempt.objects.values_list("worker_id", "outcome")) == [("w", "succeeded")]
+    history = Job.objects.get().attempt_history()
+    assert [(a.worker_id, a.outcome) for a in history] == [("w", "succeeded")]
     assert Job.objects.get(pk=job.pk).status == "succeeded"

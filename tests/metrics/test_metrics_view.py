@@ -137,7 +137,7 @@ def test_send_progress_for_a_bounded_number_of_sending_and_paused_batches():
 @override_settings(SCHEDULER_APP={**LOCAL, "METRICS_CACHE_SECONDS": 60})
 def test_a_scrape_reads_the_database_in_few_queries_and_is_cached(django_assert_num_queries):
     job(run_at=T0)
-    with django_assert_num_queries(7):
+    with django_assert_num_queries(8):
         first = scrape()
     Job.objects.all().delete()
     with django_assert_num_queries(0):

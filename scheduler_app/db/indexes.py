@@ -1,4 +1,10 @@
-"""Migration operations that depend on the database vendor."""
+"""Migration operations for indexes on the hot tables (jobs, recipients).
+
+Workers keep claiming while a migration runs, so a new index on such a table
+is built without locking out writes: ``CREATE INDEX CONCURRENTLY`` on
+PostgreSQL (the migration must declare ``atomic = False``), a plain index on
+SQLite, which has no concurrent build and serialises writes anyway.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +14,19 @@ from django.db import migrations
 
 
 class AddIndexConcurrently(migrations.AddIndex):
-    """Add an index without blocking writes: CREATE INDEX CONCURRENTLY on PostgreSQL.
+    """AddIndex, built with CONCURRENTLY on PostgreSQL; in a non-atomic migration."""
 
-    Other vendors add it as usual. Use it in a migration with ``atomic = False``.
-    """
+    atomic = False
+
+    def describe(self) -> str:
+        return "Concurrently create index %s on %s" % (self.index.name, self.model_name)
 
     def database_forwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
         if schema_editor.connection.vendor != "postgresql":
-            return super().database_forwards(app_label, schema_editor, from_state, to_state)
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+            return
         model = to_state.apps.get_model(app_label, self.model_name)
         if self.allow_migrate_model(schema_editor.connection.alias, model):
             schema_editor.add_index(model, self.index, concurrently=True)
@@ -26,7 +35,8 @@ class AddIndexConcurrently(migrations.AddIndex):
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
         if schema_editor.connection.vendor != "postgresql":
-            return super().database_backwards(app_label, schema_editor, from_state, to_state)
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+            return
         model = from_state.apps.get_model(app_label, self.model_name)
         if self.allow_migrate_model(schema_editor.connection.alias, model):
             schema_editor.remove_index(model, self.index, concurrently=True)
