@@ -42,7 +42,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "SEND_QUEUE": "default",
     "SEND_LANES": 2,  # dispatch jobs per batch, so several workers share one send
-    "SEND_CHUNK_SIZE": 100,  # recipients a lane claims at once (it sends them one at a time)
+    "SEND_CHUNK_SIZE": 1000,  # the most recipients a lane claims at once (~1 s of work)
     # A lane's claim on a chunk, extended while it works; after a crash, the chunk's
     # recipients go to another lane once it expires. Longer than any provider call.
     "SEND_CLAIM_SECONDS": 60.0,
@@ -110,7 +110,11 @@ DESCRIPTIONS: dict[str, str] = {
     "PROVIDERS": ("Provider name to dotted class path."),
     "SEND_QUEUE": ("The queue send jobs run on."),
     "SEND_LANES": ("Jobs per batch, so several workers share one send."),
-    "SEND_CHUNK_SIZE": ("Recipients a lane claims at once (it sends them one at a time)."),
+    "SEND_CHUNK_SIZE": (
+        "The most recipients a lane claims at once (it sends them one at a time). Lanes "
+        "size their chunks to about a second of work, from the rate limit and the speed "
+        "they see, up to this."
+    ),
     "SEND_CLAIM_SECONDS": (
         "How long a lane's claim on its chunk lasts; the lane extends it while it works. "
         "After a crash, the chunk's unsent recipients go to another lane once it expires. "

@@ -47,6 +47,7 @@ from scheduler_app.registry import JobContext, get_task, task
 from scheduler_app.retry import RetryPolicy
 from scheduler_app.sends import limiter, states
 from scheduler_app.sends.audience import thaw_context
+from scheduler_app.sends.chunking import ChunkSizer
 from scheduler_app.sends.providers import (
     PermanentSendError,
     Provider,
@@ -351,6 +352,7 @@ class Lane:
         self.keeper = ClaimKeeper(claim, self.claim_for)
         self.halted = _halt_check(batch.pk)
         self.breaker = Breaker(batch)
+        self.sizer = ChunkSizer(app_settings.SEND_CHUNK_SIZE)
         self.counts: collections.Counter[str] = collections.Counter()
         self.unlogged = 0
         self.unmarked: list[Outcome] = []
@@ -375,36 +377,37 @@ class Lane:
                 if halt:
                     logger.info("lane stops batch=%s reason=%s", batch_id, halt)
                     return dict(self.counts)
-                size = limiter.chunk_size_for(
-                    self.batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE
-                )
+                size = limiter.chunk_size_for(self.batch.rate_limit_key, self.sizer.next_size())
+                started = time.monotonic()
                 rows = backend().claim_recipients(
                     batch_id=batch_id, claim=self.claim, limit=size, claim_for=self.claim_for
                 )
                 if not rows:
                     return _finish_lane(self.batch, self.counts)
-                self._send_chunk(rows)
+                done = self._send_chunk(rows)
+                self.sizer.observe(recipients=done, seconds=time.monotonic() - started)
                 if self.stop_reason:
                     states.pause(batch_id, reason=self.stop_reason)
                     return dict(self.counts)
                 if self.slow_down is not None:
                     raise RetryLater(delay=self.slow_down.delay, reason=str(self.slow_down))
 
-    def _send_chunk(self, rows: list[tuple]) -> None:
+    def _send_chunk(self, rows: list[tuple]) -> int:
         """Send a claimed chunk one recipient at a time; hand back what must not be sent now.
 
-        If the lane raises, the markers it holds are written first: a recipient the
-        provider accepted is never left unmarked by anything but a crash.
+        Return how many of the rows it got through. If the lane raises, the markers it
+        holds are written first: a recipient the provider accepted is never left unmarked
+        by anything but a crash.
         """
         try:
-            self._send_rows(rows)
+            return self._send_rows(rows)
         except Exception:
             self._mark_before_raising()
             raise
         finally:
             self.keeper.hold([])
 
-    def _send_rows(self, rows: list[tuple]) -> None:
+    def _send_rows(self, rows: list[tuple]) -> int:
         limited = limiter.is_limited(self.batch.rate_limit_key)
         suppressed = _suppressed([row[2] for row in rows], self.batch)
         halt = ""
@@ -468,6 +471,7 @@ class Lane:
         self._mark()
         if halt:
             logger.info("chunk handed back batch=%s reason=%s", self.batch.pk, halt)
+        return done
 
     def _why_halt(self) -> str:
         """Return why the rest of a chunk must not be sent now, or ''."""
