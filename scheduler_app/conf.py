@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     # A lane's claim on a chunk, extended while it works; after a crash, the chunk's
     # recipients go to another lane once it expires. Longer than any provider call.
     "SEND_CLAIM_SECONDS": 60.0,
+    "SEND_MARKER_SYNCHRONOUS_COMMIT": True,  # False: markers commit without the WAL flush
     "RECIPIENT_MAX_ATTEMPTS": 5,
     "BREAKER_WINDOW": 100,  # the automatic breaker looks at this many latest attempts
     "BREAKER_THRESHOLD": 0.5,  # and pauses the batch when more than this share failed
@@ -120,6 +121,13 @@ DESCRIPTIONS: dict[str, str] = {
         "After a crash, the chunk's unsent recipients go to another lane once it expires. "
         "Keep it well above your longest provider call (e.g. set `EMAIL_TIMEOUT`): a call "
         "still running when its claim expires may be repeated by another lane."
+    ),
+    "SEND_MARKER_SYNCHRONOUS_COMMIT": (
+        "PostgreSQL: True (the default) makes a lane wait for each marker's WAL flush. "
+        "False commits a lane's statements with synchronous_commit = off: faster when the "
+        "disk is the bound, but a crash of PostgreSQL itself (not of a worker) can lose the "
+        "markers of the last moments (up to 3 x wal_writer_delay) and re-send those "
+        "recipients, with the same key and Message-ID."
     ),
     "RECIPIENT_MAX_ATTEMPTS": (
         "Attempts per recipient: transient errors, and crashes of the lane while it was "

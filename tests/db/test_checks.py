@@ -155,3 +155,11 @@ def test_e010_names_every_task_whose_queue_was_removed():
         "Task 'tests.noop' uses queue 'default', which SCHEDULER_APP['QUEUES'] does not list."
         in [error.msg for error in errors]
     )
+
+
+@pytest.mark.parametrize("value", ["off", 0, None])
+def test_send_marker_synchronous_commit_not_a_bool_is_e085(value):
+    with override_settings(
+        SCHEDULER_APP=scheduler_app_settings(SEND_MARKER_SYNCHRONOUS_COMMIT=value)
+    ):
+        assert ids(check_settings()) == ["scheduler_app.E085"]
