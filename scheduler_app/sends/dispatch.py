@@ -17,9 +17,9 @@ fails. A provider that declares ``idempotent = True`` (one delivery per
 key) lets markers wait for the end of the chunk, and its lane charges
 attempts to groups of recipients (1, 2, 4, ... up to BEGIN_GROUP_MAX per
 statement), so a crash re-sends the chunk's unmarked recipients (the
-provider drops the copies) and charges the group in flight. A batch is never re-run as a
-whole, and the sweeper (sends.sweeper) gives lanes back to a batch left
-without any.
+provider drops the copies) and charges the group in flight. A batch is
+never re-run as a whole, and the sweeper (sends.sweeper) gives lanes back
+to a batch left without any.
 """
 
 from __future__ import annotations
