@@ -158,8 +158,9 @@ def populate(audience: int, recipients: int) -> float:
 
 # -- (a) freeze ----------------------------------------------------------------------------
 
-#: Bench-only: the freeze de-duplicated in the SELECT (DISTINCT ON the key, sorted by it)
-#: and inserted without ON CONFLICT, to compare with the app's statement.
+#: Bench-only variants of the freeze, to compare with the app's statement (DISTINCT ON the
+#: key, sorted by it, and ON CONFLICT for keys already in the batch): de-duplicated in the
+#: SELECT only, and by ON CONFLICT only (the app's statement before #14).
 FREEZE_DISTINCT = """
 INSERT INTO {table} (batch_id, recipient_key, address, timezone, context, is_seed, status,
                      attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
@@ -168,11 +169,19 @@ SELECT DISTINCT ON (a.sa_key::text) %s, a.sa_key::text, COALESCE(a.sa_address::t
 FROM ({select}) AS a
 ORDER BY a.sa_key::text
 """
+FREEZE_ON_CONFLICT = """
+INSERT INTO {table} (batch_id, recipient_key, address, timezone, context, is_seed, status,
+                     attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
+SELECT %s, a.sa_key::text, COALESCE(a.sa_address::text, ''),
+       COALESCE(a.sa_timezone::text, ''), a.sa_context, false, 'pending', 0, now(), '', '', ''
+FROM ({select}) AS a
+ON CONFLICT (batch_id, recipient_key) DO NOTHING
+"""
 
 
 def compare_dedup(batch_id: int, query) -> dict:
-    """Time the freeze both ways, each in a transaction rolled back: de-duplicated in the
-    SELECT (first, on colder caches) and by ON CONFLICT (the app's statement)."""
+    """Time the bench-only freezes, each in a transaction rolled back: de-duplicated in the
+    SELECT only (first, on colder caches), by ON CONFLICT only, and the app's freeze()."""
     from django.db import connection, transaction
 
     from scheduler_app import clock
@@ -181,15 +190,16 @@ def compare_dedup(batch_id: int, query) -> dict:
 
     select_sql, params = query.frozen_rows().order_by().query.sql_with_params()
     times = {}
-    for name in ("select_distinct", "on_conflict"):
+    variants = {"select_distinct": FREEZE_DISTINCT, "on_conflict": FREEZE_ON_CONFLICT, "app": None}
+    for name, sql in variants.items():
         started = time.perf_counter()
         with transaction.atomic():
-            if name == "on_conflict":
+            if sql is None:
                 freeze(batch_id, query, next_attempt_at=clock.now())
             else:
                 with connection.cursor() as cursor:
                     cursor.execute(
-                        FREEZE_DISTINCT.format(table=Recipient._meta.db_table, select=select_sql),
+                        sql.format(table=Recipient._meta.db_table, select=select_sql),
                         [batch_id, *params],
                     )
             times[name] = time.perf_counter() - started
@@ -551,9 +561,14 @@ def write_results(
             freeze["table_mb"],
             populate_s,
         ),
-        "| (a) de-duplication, each rolled back, before (a) | ON CONFLICT (the app's "
-        "statement) %.2f s; DISTINCT ON the key in the SELECT, plain INSERT %.2f s |"
-        % (freeze["dedup"]["on_conflict"], freeze["dedup"]["select_distinct"]),
+        "| (a) de-duplication, each rolled back, before (a), in this order | DISTINCT ON "
+        "the key in the SELECT, plain INSERT %.2f s; ON CONFLICT only (before #14) %.2f s; "
+        "the app's freeze() (both) %.2f s |"
+        % (
+            freeze["dedup"]["select_distinct"],
+            freeze["dedup"]["on_conflict"],
+            freeze["dedup"]["app"],
+        ),
         "| (b) send of %s recipients, noop provider, %s runworker processes | "
         "**%.0f recipients/s** end to end (%.2f s from the schedule's commit to finished_at; "
         "target ≥ 10,000/s) |"
