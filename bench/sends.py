@@ -158,9 +158,9 @@ def populate(audience: int, recipients: int) -> float:
 
 # -- (a) freeze ----------------------------------------------------------------------------
 
-#: Bench-only variants of the freeze, to compare with the app's statement (DISTINCT ON the
-#: key, sorted by it, and ON CONFLICT for keys already in the batch): de-duplicated in the
-#: SELECT only, and by ON CONFLICT only (the app's statement before #14).
+#: Bench-only variants of the freeze, to compare with the app's statement: de-duplicated
+#: in the SELECT only (DISTINCT ON the key, sorted, plain INSERT), and by ON CONFLICT only
+#: (what the app's statement does).
 FREEZE_DISTINCT = """
 INSERT INTO {table} (batch_id, recipient_key, address, timezone, context, is_seed, status,
                      attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
@@ -562,8 +562,8 @@ def write_results(
             populate_s,
         ),
         "| (a) de-duplication, each rolled back, before (a), in this order | DISTINCT ON "
-        "the key in the SELECT, plain INSERT %.2f s; ON CONFLICT only (before #14) %.2f s; "
-        "the app's freeze() (both) %.2f s |"
+        "the key in the SELECT, plain INSERT %.2f s; ON CONFLICT only %.2f s; "
+        "the app's freeze() %.2f s |"
         % (
             freeze["dedup"]["select_distinct"],
             freeze["dedup"]["on_conflict"],
