@@ -91,6 +91,8 @@ from harness import WorkerProcess as BaseWorkerProcess
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_sends"
 POLL = 0.020
 SEND_TIMEOUT = 1800.0
+#: Providers the bench adds to tests.settings.
+BENCH_PROVIDERS = {"noop-idempotent": "tests.testapp.sending.IdempotentNoopProvider"}
 RELAX_ALL = (
     "audience_within_limit",
     "dry_run_clean",
@@ -113,6 +115,10 @@ def run_worker_command(args: list[str]) -> None:
         tests.settings.SCHEDULER_APP["SEND_CHUNK_SIZE"] = int(os.environ["BENCH_SEND_CHUNK"])
     if os.environ.get("BENCH_SYNC_COMMIT", "1") == "0":
         tests.settings.SCHEDULER_APP["SEND_MARKER_SYNCHRONOUS_COMMIT"] = False
+    tests.settings.SCHEDULER_APP["PROVIDERS"] = {
+        **tests.settings.SCHEDULER_APP["PROVIDERS"],
+        **BENCH_PROVIDERS,
+    }
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(["manage.py", "runworker", *args])
@@ -128,7 +134,10 @@ def setup_django_with_lanes(url: str, lanes: int) -> None:
     from django.test.utils import override_settings
 
     # The lanes are enqueued by this process (schedule_batch), so SEND_LANES applies here.
-    override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "SEND_LANES": lanes}).enable()
+    providers = {**settings.SCHEDULER_APP["PROVIDERS"], **BENCH_PROVIDERS}
+    override_settings(
+        SCHEDULER_APP={**settings.SCHEDULER_APP, "SEND_LANES": lanes, "PROVIDERS": providers}
+    ).enable()
     migrate(run_syncdb=True)
 
 

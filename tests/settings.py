@@ -81,7 +81,6 @@ SCHEDULER_APP = {
         "report": "scheduler_app.sends.providers.report.ReportProvider",
         "fake": "tests.testapp.sending.FakeProvider",
         "noop": "tests.testapp.sending.NoopProvider",
-        "noop-idempotent": "tests.testapp.sending.IdempotentNoopProvider",
     },
     "SUPPRESSION_CHECK": "tests.testapp.sending.suppressed",
     "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
