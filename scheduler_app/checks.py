@@ -77,6 +77,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
     errors.extend(_check_message_id_domain())
     errors.extend(_check_celery())
+    if not isinstance(app_settings.SEND_MARKER_SYNCHRONOUS_COMMIT, bool):
+        errors.append(
+            Error(
+                "SCHEDULER_APP['SEND_MARKER_SYNCHRONOUS_COMMIT'] must be True or False.",
+                id="scheduler_app.E085",
+            )
+        )
 
     version = app_settings.SCHEDULES_VERSION
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:

@@ -44,10 +44,11 @@ DEFAULTS: dict[str, Any] = {
     },
     "SEND_QUEUE": "default",
     "SEND_LANES": 2,  # dispatch jobs per batch, so several workers share one send
-    "SEND_CHUNK_SIZE": 100,  # recipients a lane claims at once (it sends them one at a time)
+    "SEND_CHUNK_SIZE": 1000,  # the most recipients a lane claims at once (~1 s of work)
     # A lane's claim on a chunk, extended while it works; after a crash, the chunk's
     # recipients go to another lane once it expires. Longer than any provider call.
     "SEND_CLAIM_SECONDS": 60.0,
+    "SEND_MARKER_SYNCHRONOUS_COMMIT": True,  # False: markers commit without the WAL flush
     "RECIPIENT_MAX_ATTEMPTS": 5,
     "BREAKER_WINDOW": 100,  # the automatic breaker looks at this many latest attempts
     "BREAKER_THRESHOLD": 0.5,  # and pauses the batch when more than this share failed
@@ -151,12 +152,23 @@ DESCRIPTIONS: dict[str, str] = {
     "PROVIDERS": ("Provider name to dotted class path."),
     "SEND_QUEUE": ("The queue send jobs run on."),
     "SEND_LANES": ("Jobs per batch, so several workers share one send."),
-    "SEND_CHUNK_SIZE": ("Recipients a lane claims at once (it sends them one at a time)."),
+    "SEND_CHUNK_SIZE": (
+        "The most recipients a lane claims at once (it sends them one at a time). Lanes "
+        "size their chunks to about a second of work, from the rate limit and the speed "
+        "they see, up to this."
+    ),
     "SEND_CLAIM_SECONDS": (
         "How long a lane's claim on its chunk lasts; the lane extends it while it works. "
         "After a crash, the chunk's unsent recipients go to another lane once it expires. "
         "Keep it well above your longest provider call (e.g. set `EMAIL_TIMEOUT`): a call "
         "still running when its claim expires may be repeated by another lane."
+    ),
+    "SEND_MARKER_SYNCHRONOUS_COMMIT": (
+        "PostgreSQL: True (the default) makes a lane wait for each marker's WAL flush. "
+        "False commits a lane's statements with synchronous_commit = off: faster when the "
+        "disk is the bound, but a crash of PostgreSQL itself (not of a worker) can lose the "
+        "markers of the last moments (up to 3 x wal_writer_delay) and re-send those "
+        "recipients, with the same key and Message-ID."
     ),
     "RECIPIENT_MAX_ATTEMPTS": (
         "Attempts per recipient: transient errors, and crashes of the lane while it was "

@@ -7,8 +7,9 @@ production on PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from django.db import connection, transaction
 
@@ -256,6 +257,12 @@ WHERE id = %s AND claimed_by = %s AND status = 'pending'
 RETURNING attempts
 """
 
+BEGIN_RECIPIENTS = f"""
+UPDATE {RECIPIENT} SET attempts = attempts + 1, claimed_until = %s
+WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
+RETURNING id, attempts
+"""
+
 EXTEND_CLAIMS = f"""
 UPDATE {RECIPIENT} SET claimed_until = %s
 WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
@@ -326,6 +333,24 @@ def begin_recipient(
             cursor.execute(BEGIN_RECIPIENT, [adapt(read_now(claim_for)), recipient_id, claim])
             row = cursor.fetchone()
     return (None if row is None else row[0]), kept
+
+
+def begin_recipients(
+    *, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta
+) -> dict[int, int]:
+    """Charge an attempt to those of ``recipient_ids`` that ``claim`` still owns, extending
+    their claims by ``claim_for``; return {recipient id: its attempt}."""
+    adapt = connection.ops.adapt_datetimefield_value
+    sql = BEGIN_RECIPIENTS.replace("{ids}", ", ".join(["%s"] * len(recipient_ids)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [adapt(read_now(claim_for)), *recipient_ids, claim])
+        return dict(cursor.fetchall())
+
+
+@contextlib.contextmanager
+def lane_session(*, synchronous_commit: bool) -> Iterator[None]:
+    """Run a lane's statements (SQLite: as they are; its commits follow its own pragmas)."""
+    yield
 
 
 def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta) -> int:

@@ -169,3 +169,11 @@ def test_transaction_pooling_is_refused_with_e080(monkeypatch):
         "Connect to PostgreSQL directly or through session pooling (pool_mode=session); "
         "see docs/performance.md."
     )
+
+
+@pytest.mark.parametrize("value", ["off", 0, None])
+def test_send_marker_synchronous_commit_not_a_bool_is_e085(value):
+    with override_settings(
+        SCHEDULER_APP=scheduler_app_settings(SEND_MARKER_SYNCHRONOUS_COMMIT=value)
+    ):
+        assert ids(check_settings()) == ["scheduler_app.E085"]
