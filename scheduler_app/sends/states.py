@@ -18,6 +18,8 @@ Status = SendBatch.Status
 
 #: Scheduled or sending: the statuses in which a batch has lanes, can be paused or fail.
 ACTIVE = (Status.SCHEDULED, Status.SENDING)
+#: Not finished: the statuses a batch can be cancelled from.
+CANCELLABLE = (Status.DRAFT, *ACTIVE, Status.PAUSED)
 
 
 def transition(
