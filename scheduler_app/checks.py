@@ -5,8 +5,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import URLResolver, get_resolver
 
 from scheduler_app.conf import DEFAULTS, app_settings, message_id_domain
 from scheduler_app.registry import all_tasks
@@ -146,3 +149,39 @@ def check_declared_schedules(app_configs: Any = None, **kwargs: Any) -> list[Err
     except ValidationError as exc:
         return [Error(exc.message, id="scheduler_app.E020")]
     return []
+
+
+@register(Tags.urls)
+def check_api_docs_assets(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Warn when the URLconf serves the API docs page but its assets cannot be served."""
+    # Imported here: the API's views load DRF, which only projects that route it need.
+    from scheduler_app.api.views import DocsView
+
+    if apps.is_installed("drf_spectacular_sidecar"):
+        return []
+    try:
+        patterns = get_resolver().url_patterns
+    except (ImportError, ImproperlyConfigured):
+        return []  # Django's own URL checks report a broken URLconf
+    if not _routes_view(patterns, DocsView):
+        return []
+    return [
+        Warning(
+            "The API docs page (/api/docs/) is routed but 'drf_spectacular_sidecar' is not in "
+            "INSTALLED_APPS, so its Swagger UI files will not be found and the page stays blank.",
+            hint="Add 'drf_spectacular_sidecar' to INSTALLED_APPS (it is installed with "
+            "django-scheduler-app).",
+            id="scheduler_app.W090",
+        )
+    ]
+
+
+def _routes_view(patterns: list[Any], view_class: type) -> bool:
+    """Return whether any of ``patterns``, followed into includes, is ``view_class``."""
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            if _routes_view(pattern.url_patterns, view_class):
+                return True
+        elif issubclass(getattr(pattern.callback, "view_class", object), view_class):
+            return True
+    return False

@@ -129,6 +129,24 @@ def test_list_filters_by_creation_and_scheduled_time(api, ada, make_job):
     ) == [made[0].pk, made[1].pk]
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "created_after=2030-01-02T00:00:00Z&created_before=2030-01-01T00:00:00Z",
+        "scheduled_after=2030-01-01T00:00:00Z&scheduled_before=2030-01-01T00:00:00Z",
+        "created_after=1999-01-01T00:00:00Z&created_before=1999-01-01T00:00:00Z",
+    ],
+)
+def test_list_with_an_empty_time_range_is_an_empty_page(api, ada, make_job, query):
+    """The schema allows any two times; a range holding no time matches nothing (not a 400)."""
+    make_job(ada)
+
+    response = api.get("/api/jobs/?" + query)
+
+    assert response.status_code == 200
+    assert response.json() == {"next": None, "previous": None, "results": []}
+
+
 def test_list_pages_follow_the_cursor_without_gaps_or_repeats(api, ada, make_job):
     made = [make_job(ada).pk for _ in range(7)]
 
@@ -169,16 +187,6 @@ def test_list_pages_follow_the_cursor_without_gaps_or_repeats(api, ada, make_job
             "created_before=0001-01-01T00:00:00%2B05:00",
             "created_before",
             "Datetime value out of range.",
-        ),
-        (
-            "created_after=2030-01-02T00:00:00Z&created_before=2030-01-01T00:00:00Z",
-            "created_before",
-            "Must be later than created_after.",
-        ),
-        (
-            "scheduled_after=2030-01-01T00:00:00Z&scheduled_before=2030-01-01T00:00:00Z",
-            "scheduled_before",
-            "Must be later than scheduled_after.",
         ),
         ("page_size=0", "page_size", "Must be an integer from 1 to 200."),
         ("page_size=201", "page_size", "Must be an integer from 1 to 200."),
