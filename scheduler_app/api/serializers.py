@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.core.validators import RegexValidator
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
@@ -80,6 +82,23 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class FilterDateTimeField(serializers.DateTimeField):
+    """A time to filter by; any date-time the schema allows is one.
+
+    A time UTC cannot hold (year 1 at +05:00, year 9999 at -05:00) lies before or
+    after every stored time, so it filters as the earliest or latest UTC time.
+    """
+
+    def enforce_timezone(self, value: dt.datetime) -> dt.datetime:
+        if timezone.is_aware(value):
+            try:
+                value.astimezone(dt.UTC)
+            except OverflowError:
+                edge = dt.datetime.min if value.year == dt.MINYEAR else dt.datetime.max
+                return edge.replace(tzinfo=dt.UTC)
+        return super().enforce_timezone(value)
+
+
 #: The undo window of a message scheduled through the API, in seconds.
 DEFAULT_UNDO_SECONDS = 10
 MAX_UNDO_SECONDS = 3600
@@ -129,17 +148,17 @@ class JobFilterSerializer(serializers.Serializer):
         validators=[NO_NUL],
         help_text="Only jobs of this task (exact name).",
     )
-    created_after = serializers.DateTimeField(
+    created_after = FilterDateTimeField(
         required=False, help_text="Only jobs created at or after this time."
     )
-    created_before = serializers.DateTimeField(
+    created_before = FilterDateTimeField(
         required=False,
         help_text="Only jobs created before this time; a range holding no time lists nothing.",
     )
-    scheduled_after = serializers.DateTimeField(
+    scheduled_after = FilterDateTimeField(
         required=False, help_text="Only jobs scheduled for this time or later."
     )
-    scheduled_before = serializers.DateTimeField(
+    scheduled_before = FilterDateTimeField(
         required=False, help_text="Only jobs scheduled for before this time."
     )
 
