@@ -483,7 +483,7 @@ class SendBatchAdmin(admin.ModelAdmin):
         checklist: bool = False,
         form: forms.Form | None = None,
     ) -> HttpResponse:
-        now = database_now()  # the clock schedule_batch() plans with
+        now = database_now() if checklist else None  # the clock schedule_batch() plans with
         context = {
             **self.admin_site.each_context(request),
             "title": "%s send batches" % verb,

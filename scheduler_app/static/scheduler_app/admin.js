@@ -21,7 +21,7 @@
       if (el) { el.textContent = data[name] === null ? "-" : data[name]; }
     });
     setText(".field-status .readonly", data.status);
-    setText(".field-status_reason .readonly", data.status_reason || "-");
+    setText(".field-status_reason .readonly", data.status_reason);
     var undo = document.querySelector(".undo-box");
     if (undo) {
       undo.hidden = data.actions.indexOf("undo") < 0;
