@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular_sidecar",  # the API docs page's Swagger UI files
     "scheduler_app",
     "example_project.demo",
 ]

@@ -6,8 +6,11 @@ import ipaddress
 import re
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from scheduler_app.conf import DEFAULTS, app_settings, message_id_domain
@@ -487,3 +490,39 @@ def check_no_transaction_pooling(
             id="scheduler_app.E080",
         )
     ]
+
+
+@register(Tags.urls)
+def check_api_docs_assets(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Warn when the URLconf serves the API docs page but its assets cannot be served."""
+    # Imported here: the API's views load DRF, which only projects that route it need.
+    from scheduler_app.api.views import DocsView
+
+    if apps.is_installed("drf_spectacular_sidecar"):
+        return []
+    try:
+        patterns = get_resolver().url_patterns
+    except (ImportError, ImproperlyConfigured):
+        return []  # Django's own URL checks report a broken URLconf
+    if not _routes_view(patterns, DocsView):
+        return []
+    return [
+        Warning(
+            "The API docs page (/api/docs/) is routed but 'drf_spectacular_sidecar' is not in "
+            "INSTALLED_APPS, so its Swagger UI files will not be found and the page stays blank.",
+            hint="Add 'drf_spectacular_sidecar' to INSTALLED_APPS (it is installed with "
+            "django-scheduler-app).",
+            id="scheduler_app.W090",
+        )
+    ]
+
+
+def _routes_view(patterns: list[Any], view_class: type) -> bool:
+    """Return whether any of ``patterns``, followed into includes, is ``view_class``."""
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            if _routes_view(pattern.url_patterns, view_class):
+                return True
+        elif issubclass(getattr(pattern.callback, "view_class", object), view_class):
+            return True
+    return False

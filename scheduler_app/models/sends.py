@@ -102,6 +102,7 @@ class SendBatch(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name_plural = "send batches"
         permissions = [
             ("resume_sendbatch", "Can resume a paused send"),
             ("relax_checklist", "Can schedule a send with failing checklist items"),

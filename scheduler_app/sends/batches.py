@@ -125,11 +125,8 @@ def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] =
     if failing:
         raise ChecklistFailed(failing)
     now = database_now()  # the clock the lanes' claim and the undo compare against
-    margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
     window_ends = now + batch.undo_window
-    start = max(
-        batch.scheduled_at or now, window_ends + (margin if batch.undo_window else dt.timedelta(0))
-    )
+    start = planned_start(batch, now)
     with transaction.atomic():
         if not SendBatch.objects.filter(pk=batch.pk, status=Status.DRAFT).update(
             status=Status.SCHEDULED,
@@ -188,7 +185,7 @@ def cancel_batch(batch_id: int, *, by: Any = None, reason: str = "") -> bool:
     """Cancel a batch that has not finished; the markers stay as the record of what went out."""
     changed = states.transition(
         batch_id,
-        (Status.DRAFT, Status.SCHEDULED, Status.SENDING, Status.PAUSED),
+        states.CANCELLABLE,
         Status.CANCELLED,
         by=by,
         reason=reason,
@@ -387,6 +384,15 @@ def lane_jobs(batch_id: int | Any) -> QuerySet[Job]:
 def lane_key_prefix(batch_id: int) -> str:
     """Return the unique_key prefix of the batch's lane jobs."""
     return "batch:%s:lane:" % batch_id
+
+
+def planned_start(batch: SendBatch, now: dt.datetime) -> dt.datetime:
+    """Return when a draft scheduled at ``now`` starts: its send time, or after its undo window
+    and safety margin if that is later."""
+    window_ends = now + batch.undo_window
+    if batch.undo_window:
+        window_ends += dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
+    return max(batch.scheduled_at or now, window_ends)
 
 
 def _status(batch: SendBatch) -> str:

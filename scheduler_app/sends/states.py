@@ -22,6 +22,8 @@ Status = SendBatch.Status
 ACTIVE = (Status.SCHEDULED, Status.SENDING)
 #: How the reason of a batch the stale-send guard paused begins.
 STALE_PREFIX = "stale:"
+#: Not finished: the statuses a batch can be cancelled from.
+CANCELLABLE = (Status.DRAFT, *ACTIVE, Status.PAUSED)
 
 
 def transition(
