@@ -42,7 +42,9 @@ runs on every chunk, as in production: it looks customers up by email, so
 the bench indexes testapp_customer.email, as a project would.
 
 Environment: BENCH_AUDIENCE (1000000), BENCH_RECIPIENTS (100000),
-BENCH_WORKERS (2), BENCH_SEND_LANES (2), BENCH_SEND_CHUNK (100),
+BENCH_WORKERS (2), BENCH_SEND_LANES (2), BENCH_SEND_CHUNK (the app default, 1000),
+BENCH_PROVIDER (noop; noop-idempotent declares idempotent = True),
+BENCH_SYNC_COMMIT (1; 0 sets SEND_MARKER_SYNCHRONOUS_COMMIT = False in the workers),
 BENCH_CONCURRENCY (runworker --concurrency; default lanes / workers, at
 least 1), BENCH_DATABASE_URL, BENCH_PROFILE (a directory: record the send's
 workers with py-spy and print their hot spots; perturbs the figures),
@@ -89,6 +91,8 @@ from harness import WorkerProcess as BaseWorkerProcess
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_sends"
 POLL = 0.020
 SEND_TIMEOUT = 1800.0
+#: Providers the bench adds to tests.settings.
+BENCH_PROVIDERS = {"noop-idempotent": "tests.testapp.sending.IdempotentNoopProvider"}
 RELAX_ALL = (
     "audience_within_limit",
     "dry_run_clean",
@@ -109,6 +113,12 @@ def run_worker_command(args: list[str]) -> None:
 
     if os.environ.get("BENCH_SEND_CHUNK"):
         tests.settings.SCHEDULER_APP["SEND_CHUNK_SIZE"] = int(os.environ["BENCH_SEND_CHUNK"])
+    if os.environ.get("BENCH_SYNC_COMMIT", "1") == "0":
+        tests.settings.SCHEDULER_APP["SEND_MARKER_SYNCHRONOUS_COMMIT"] = False
+    tests.settings.SCHEDULER_APP["PROVIDERS"] = {
+        **tests.settings.SCHEDULER_APP["PROVIDERS"],
+        **BENCH_PROVIDERS,
+    }
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(["manage.py", "runworker", *args])
@@ -124,7 +134,10 @@ def setup_django_with_lanes(url: str, lanes: int) -> None:
     from django.test.utils import override_settings
 
     # The lanes are enqueued by this process (schedule_batch), so SEND_LANES applies here.
-    override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "SEND_LANES": lanes}).enable()
+    providers = {**settings.SCHEDULER_APP["PROVIDERS"], **BENCH_PROVIDERS}
+    override_settings(
+        SCHEDULER_APP={**settings.SCHEDULER_APP, "SEND_LANES": lanes, "PROVIDERS": providers}
+    ).enable()
     migrate(run_syncdb=True)
 
 
@@ -154,6 +167,54 @@ def populate(audience: int, recipients: int) -> float:
 
 # -- (a) freeze ----------------------------------------------------------------------------
 
+#: Bench-only variants of the freeze, to compare with the app's statement: de-duplicated
+#: in the SELECT only (DISTINCT ON the key, sorted, plain INSERT), and by ON CONFLICT only
+#: (what the app's statement does).
+FREEZE_DISTINCT = """
+INSERT INTO {table} (batch_id, recipient_key, address, timezone, context, is_seed, status,
+                     attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
+SELECT DISTINCT ON (a.sa_key::text) %s, a.sa_key::text, COALESCE(a.sa_address::text, ''),
+       COALESCE(a.sa_timezone::text, ''), a.sa_context, false, 'pending', 0, now(), '', '', ''
+FROM ({select}) AS a
+ORDER BY a.sa_key::text
+"""
+FREEZE_ON_CONFLICT = """
+INSERT INTO {table} (batch_id, recipient_key, address, timezone, context, is_seed, status,
+                     attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
+SELECT %s, a.sa_key::text, COALESCE(a.sa_address::text, ''),
+       COALESCE(a.sa_timezone::text, ''), a.sa_context, false, 'pending', 0, now(), '', '', ''
+FROM ({select}) AS a
+ON CONFLICT (batch_id, recipient_key) DO NOTHING
+"""
+
+
+def compare_dedup(batch_id: int, query) -> dict:
+    """Time the bench-only freezes, each in a transaction rolled back: de-duplicated in the
+    SELECT only (first, on colder caches), by ON CONFLICT only, and the app's freeze()."""
+    from django.db import connection, transaction
+
+    from scheduler_app import clock
+    from scheduler_app.models import Recipient
+    from scheduler_app.sends.audience import freeze
+
+    select_sql, params = query.frozen_rows().order_by().query.sql_with_params()
+    times = {}
+    variants = {"select_distinct": FREEZE_DISTINCT, "on_conflict": FREEZE_ON_CONFLICT, "app": None}
+    for name, sql in variants.items():
+        started = time.perf_counter()
+        with transaction.atomic():
+            if sql is None:
+                freeze(batch_id, query, next_attempt_at=clock.now())
+            else:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        sql.format(table=Recipient._meta.db_table, select=select_sql),
+                        [batch_id, *params],
+                    )
+            times[name] = time.perf_counter() - started
+            transaction.set_rollback(True)
+    return times
+
 
 def bench_freeze(audience: int, *, history: bool) -> dict:
     from django.db import connection, transaction
@@ -172,6 +233,7 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
         rate_limit_key="noop",
     )
     query = get_audience(batch.audience, batch.audience_params)
+    dedup = compare_dedup(batch.pk, query)
     started = time.perf_counter()
     with transaction.atomic():
         rows = freeze(batch.pk, query, next_attempt_at=clock.now())
@@ -204,6 +266,7 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
         "freeze_s": elapsed,
         "rows_s": rows / elapsed,
         "table_mb": size / 1024 / 1024,
+        "dedup": dedup,
     }
 
 
@@ -342,6 +405,7 @@ def bench_send(
     concurrency: int,
     chunk: int,
     profile_dir: Path | None,
+    provider: str,
 ) -> dict:
     from django.db import connection, transaction
     from django.db.models import Count, Sum
@@ -363,7 +427,7 @@ def bench_send(
             audience="tests.customers",
             audience_params={"plan": "send"},
             expected_max_audience=recipients,
-            provider="noop",
+            provider=provider,
             rate_limit_key="noop",
             scheduled_at=clock.now() - dt.timedelta(seconds=1),
             timezone="UTC",
@@ -487,7 +551,9 @@ def write_results(
             params["concurrency"],
             PROFILED_NOTE if params["profile"] else "",
         )
-        + (" history=1" if params["history"] else ""),
+        + (" history=1" if params["history"] else "")
+        + " provider=%s sync_commit=%s"
+        % (params["provider"], "on" if params["sync_commit"] else "off"),
         "",
         *(["Variant: %s" % params["label"], ""] if params["label"] else []),
         machine_line(machine),
@@ -503,6 +569,14 @@ def write_results(
             freeze["rows_s"],
             freeze["table_mb"],
             populate_s,
+        ),
+        "| (a) de-duplication, each rolled back, before (a), in this order | DISTINCT ON "
+        "the key in the SELECT, plain INSERT %.2f s; ON CONFLICT only %.2f s; "
+        "the app's freeze() %.2f s |"
+        % (
+            freeze["dedup"]["select_distinct"],
+            freeze["dedup"]["on_conflict"],
+            freeze["dedup"]["app"],
         ),
         "| (b) send of %s recipients, noop provider, %s runworker processes | "
         "**%.0f recipients/s** end to end (%.2f s from the schedule's commit to finished_at; "
@@ -562,7 +636,11 @@ def main() -> None:
         raise SystemExit("BENCH_RECIPIENTS must not exceed BENCH_AUDIENCE")
     n_workers = env_int("BENCH_WORKERS", 2)
     lanes = env_int("BENCH_SEND_LANES", 2)
-    chunk = env_int("BENCH_SEND_CHUNK", 100)
+    from scheduler_app.conf import DEFAULTS
+
+    chunk = env_int("BENCH_SEND_CHUNK", DEFAULTS["SEND_CHUNK_SIZE"])
+    provider = os.environ.get("BENCH_PROVIDER") or "noop"
+    sync_commit = os.environ.get("BENCH_SYNC_COMMIT", "1") != "0"
     concurrency = env_int("BENCH_CONCURRENCY", max(1, -(-lanes // n_workers)))
     url = os.environ.get("BENCH_DATABASE_URL") or DEFAULT_URL
     profile = os.environ.get("BENCH_PROFILE")
@@ -580,6 +658,8 @@ def main() -> None:
         "profile": bool(profile_dir),
         "label": os.environ.get("BENCH_LABEL", ""),
         "history": history,
+        "provider": provider,
+        "sync_commit": sync_commit,
     }
     print(
         "bench/sends.py %s db=%s" % (" ".join("%s=%s" % kv for kv in params.items()), url),
@@ -600,7 +680,7 @@ def main() -> None:
         flush=True,
     )
 
-    send = bench_send(url, recipients, n_workers, concurrency, chunk, profile_dir)
+    send = bench_send(url, recipients, n_workers, concurrency, chunk, profile_dir, provider)
     print(
         "send: %s recipients in %.2f s (%.0f/s; audience frozen after %.2f s; workers %.1f CPU s, "
         "PostgreSQL %.1f CPU s (autovacuum %.1f), machine %.0f%% busy, ~%s transactions; "

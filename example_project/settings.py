@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular_sidecar",  # the API docs page's Swagger UI files
     "scheduler_app",
     "example_project.demo",
 ]
@@ -89,6 +90,9 @@ SCHEDULER_APP = {
     "QUEUES": ["default", "emails", "slow"],
     # Batch messages carry one-click unsubscribe links to this origin (mail/unsubscribe/...).
     "PUBLIC_BASE_URL": env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000"),
+    # /metrics answers requests from this machine only (and any bearing METRICS_TOKEN).
+    "METRICS_ALLOWED_IPS": env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"]),
+    "METRICS_TOKEN": env.str("METRICS_TOKEN", default=None),
     "SCHEDULES": {
         # Every 2 minutes in London time; see it under Schedules in the admin.
         "demo-cleanup": {
@@ -96,8 +100,23 @@ SCHEDULER_APP = {
             "cron": "*/2 * * * *",
             "timezone": "Europe/London",
         },
+        # Every minute, with targets: it must succeed at least every 5 minutes, and two
+        # runs in a row that sync 0 orders open a "suspicious success" alert (it always
+        # syncs 0 here), so Alerts in the admin shows one within a few minutes.
+        "demo-sync-orders": {
+            "task": "demo.sync_orders",
+            "fixed_rate": 60,
+            "expected_every": 300,
+            "count_key": "processed",
+            "zero_runs_alert": 2,
+        },
     },
+    # Evaluate the alert rules often, for the demo; alert mails go to ADMINS (printed by
+    # the console email backend) with links into this admin.
+    "ALERT_INTERVAL": 15,
+    "ADMIN_BASE_URL": env.str("ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
 }
+ADMINS = [("Demo operator", "ops@example.com")]
 
 LOGGING = {
     "version": 1,

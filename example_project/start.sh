@@ -25,7 +25,7 @@ if [ ! -x "$PY" ]; then
 fi
 
 say "Installing scheduler_app and the example project into $VENV"
-"$PY" -m pip install --quiet --disable-pip-version-check -e .
+"$PY" -m pip install --quiet --disable-pip-version-check -e '.[metrics]'
 
 say "Migrating the demo database"
 "$PY" manage.py migrate --noinput

@@ -1,12 +1,17 @@
-"""System checks for the SCHEDULER_APP setting and the task registry."""
+"""System checks for the SCHEDULER_APP setting, the task registry and SchedulerBackend."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.urls import URLResolver, get_resolver
+from django.utils.module_loading import import_string
 
 from scheduler_app.conf import DEFAULTS, app_settings, message_id_domain
 from scheduler_app.registry import all_tasks
@@ -74,6 +79,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 Error("SCHEDULER_APP[%r] must be a number >= 0." % name, id="scheduler_app.E005")
             )
     errors.extend(_check_message_id_domain())
+    errors.extend(_check_celery())
+    if not isinstance(app_settings.SEND_MARKER_SYNCHRONOUS_COMMIT, bool):
+        errors.append(
+            Error(
+                "SCHEDULER_APP['SEND_MARKER_SYNCHRONOUS_COMMIT'] must be True or False.",
+                id="scheduler_app.E085",
+            )
+        )
 
     version = app_settings.SCHEDULES_VERSION
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
@@ -81,6 +94,48 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             Error(
                 "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer >= 0.",
                 id="scheduler_app.E006",
+            )
+        )
+    return errors
+
+
+CELERY_APP_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
+def _check_celery() -> list[Error]:
+    """Check the Celery executor's settings without importing Celery or the app."""
+    errors = []
+    app = app_settings.CELERY_APP
+    if app is not None and not (isinstance(app, str) and CELERY_APP_PATH.fullmatch(app)):
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CELERY_APP'] must be None or the dotted path to a Celery app "
+                "instance, such as 'proj.celery.app', not %r." % (app,),
+                id="scheduler_app.E060",
+            )
+        )
+    prefix = app_settings.CELERY_QUEUE_PREFIX
+    if not isinstance(prefix, str) or len(prefix) > 100:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CELERY_QUEUE_PREFIX'] must be a string of at most 100 characters.",
+                id="scheduler_app.E061",
+            )
+        )
+    in_flight = app_settings.CELERY_MAX_IN_FLIGHT
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CELERY_MAX_IN_FLIGHT'] must be a positive integer.",
+                id="scheduler_app.E062",
+            )
+        )
+    wait = app_settings.CELERY_MAX_BROKER_WAIT
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait <= 0:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CELERY_MAX_BROKER_WAIT'] must be a positive number of seconds.",
+                id="scheduler_app.E063",
             )
         )
     return errors
@@ -146,6 +201,331 @@ def check_declared_schedules(app_configs: Any = None, **kwargs: Any) -> list[Err
     except ValidationError as exc:
         return [Error(exc.message, id="scheduler_app.E020")]
     return []
+
+
+@register(Tags.compatibility)
+def check_tasks_backends(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Check each TASKS backend that is a SchedulerBackend against SCHEDULER_APP['QUEUES']."""
+    configured = getattr(settings, "TASKS", None)
+    if not isinstance(configured, dict):
+        return []
+    errors = []
+    for alias, params in configured.items():
+        if isinstance(params, dict) and _is_scheduler_backend(params.get("BACKEND")):
+            errors.extend(_check_tasks_backend(alias, params))
+    return errors
+
+
+def _is_scheduler_backend(path: Any) -> bool:
+    if not isinstance(path, str):
+        return False
+    try:
+        backend = import_string(path)
+    except ImportError:
+        return False  # the tasks framework reports a backend it cannot import
+    # Imported here: scheduler_app.tasks_backend needs django.tasks or django_tasks, which a
+    # project that does not use it may lack; it can import when a backend path names it.
+    from scheduler_app.tasks_backend import SchedulerBackend
+
+    return isinstance(backend, type) and issubclass(backend, SchedulerBackend)
+
+
+def _check_tasks_backend(alias: str, params: dict[str, Any]) -> list[Error]:
+    # Django's default when QUEUES is left out.
+    queues = params.get("QUEUES", ["default"])
+    if isinstance(queues, str) or not isinstance(queues, list | tuple | set | frozenset):
+        return [
+            Error(
+                "TASKS[%r]['QUEUES'] must be a list of queue names." % alias,
+                id="scheduler_app.E071",
+            )
+        ]
+    if not queues:
+        return [
+            Error(
+                "TASKS[%r]['QUEUES'] is empty, which lets Tasks name any queue." % alias,
+                hint="List the queues of SCHEDULER_APP['QUEUES'] that Tasks may use.",
+                id="scheduler_app.E071",
+            )
+        ]
+    errors = [
+        Error(
+            "TASKS[%r] lists queue %r, which SCHEDULER_APP['QUEUES'] does not list."
+            % (alias, queue),
+            hint="SCHEDULER_APP['QUEUES'] is the authority: add the queue there, or drop it here.",
+            id="scheduler_app.E070",
+        )
+        for queue in sorted(queues, key=str)
+        if queue not in app_settings.QUEUES
+    ]
+    if params.get("OPTIONS"):
+        errors.append(
+            Error(
+                "TASKS[%r]['OPTIONS'] is set, but SchedulerBackend takes no options." % alias,
+                hint="Set attempts and timeouts in SCHEDULER_APP (DEFAULT_MAX_ATTEMPTS, "
+                "DEFAULT_TIMEOUT).",
+                id="scheduler_app.E072",
+            )
+        )
+    return errors
+
+
+#: Operability settings that must be positive numbers of seconds (check E040).
+OPERABILITY_SECONDS = (
+    "ALERT_INTERVAL",
+    "ALERT_RENOTIFY_AFTER",
+    "OVERDUE_AFTER",
+    "FAILING_WINDOW",
+    "WORKER_HEARTBEAT_INTERVAL",
+    "WORKER_LOST_AFTER",
+    "STALE_SEND_AFTER",
+    "STALLED_SEND_AFTER",
+)
+
+
+@register(Tags.compatibility)
+def check_operability(app_configs: Any = None, **kwargs: Any) -> list[Error | Warning]:
+    """Alert, heartbeat and stale-send settings; warn when no alert would be delivered."""
+    from scheduler_app.alerts.notifiers import build_notifier
+
+    problems: list[Error | Warning] = []
+    for name in OPERABILITY_SECONDS:
+        value = getattr(app_settings, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            problems.append(
+                Error(
+                    "SCHEDULER_APP[%r] must be a positive number of seconds." % name,
+                    id="scheduler_app.E040",
+                )
+            )
+    rate = app_settings.FAILING_RATE
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
+        problems.append(
+            Error(
+                "SCHEDULER_APP['FAILING_RATE'] must be a number >= 0 and < 1.",
+                id="scheduler_app.E041",
+            )
+        )
+    base = app_settings.ADMIN_BASE_URL
+    if not isinstance(base, str) or (base and not base.startswith(("http://", "https://"))):
+        problems.append(
+            Error(
+                "SCHEDULER_APP['ADMIN_BASE_URL'] must be '' or an absolute http(s) URL, not %r."
+                % (base,),
+                id="scheduler_app.E042",
+            )
+        )
+    heartbeat, lost = app_settings.WORKER_HEARTBEAT_INTERVAL, app_settings.WORKER_LOST_AFTER
+    if not problems and lost <= 2 * heartbeat:
+        problems.append(
+            Error(
+                "SCHEDULER_APP['WORKER_LOST_AFTER'] (%ss) must exceed twice "
+                "WORKER_HEARTBEAT_INTERVAL (%ss), or live workers are marked lost."
+                % (lost, heartbeat),
+                id="scheduler_app.E043",
+            )
+        )
+    entries = app_settings.ALERT_NOTIFIERS
+    if not isinstance(entries, list | tuple):
+        return [
+            *problems,
+            Error("SCHEDULER_APP['ALERT_NOTIFIERS'] must be a list.", id="scheduler_app.E044"),
+        ]
+    notifiers = []
+    for entry in entries:
+        try:
+            notifiers.append(build_notifier(entry))
+        except (ImportError, ValueError) as exc:
+            problems.append(
+                Error(
+                    "SCHEDULER_APP['ALERT_NOTIFIERS'] entry %r cannot be built: %s" % (entry, exc),
+                    id="scheduler_app.E044",
+                )
+            )
+    if not any(getattr(n, "would_deliver", lambda: True)() for n in notifiers):
+        problems.append(
+            Warning(
+                "No alert notifier would deliver anything: alerts are only visible in the "
+                "admin and to scheduler_health.",
+                hint="Set ADMINS (the default notifier mails them) or add a notifier such as "
+                "{'class': 'scheduler_app.alerts.notifiers.Webhook', 'url': ...} to "
+                "SCHEDULER_APP['ALERT_NOTIFIERS'].",
+                id="scheduler_app.W040",
+            )
+        )
+    return problems
+
+
+#: Retention settings: a number of days > 0, or None to keep forever (check E054).
+RETENTION_DAYS = (
+    "RETENTION_JOBS_DAYS",
+    "RETENTION_OCCURRENCES_DAYS",
+    "RETENTION_CONTROL_EVENTS_DAYS",
+    "RETENTION_RECIPIENT_CONTEXT_DAYS",
+    "RETENTION_DRY_RUN_REPORTS_DAYS",
+    "RETENTION_WORKERS_DAYS",
+    "RETENTION_ALERTS_DAYS",
+)
+
+
+@register(Tags.compatibility)
+def check_metrics_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check the METRICS_* settings (E050-E053, W050)."""
+    problems: list[CheckMessage] = []
+    allowed = app_settings.METRICS_ALLOWED_IPS
+    networks = []
+    if not isinstance(allowed, list | tuple):
+        allowed = None
+    else:
+        try:
+            networks = [ipaddress.ip_network(entry, strict=False) for entry in allowed]
+        except (TypeError, ValueError):
+            allowed = None
+    if allowed is None:
+        problems.append(
+            Error(
+                "SCHEDULER_APP['METRICS_ALLOWED_IPS'] must be a list of IP addresses or "
+                "networks such as '127.0.0.1' or '10.0.0.0/8'.",
+                id="scheduler_app.E050",
+            )
+        )
+    elif any(network.prefixlen == 0 for network in networks):
+        problems.append(
+            Warning(
+                "SCHEDULER_APP['METRICS_ALLOWED_IPS'] serves the metrics to every address.",
+                hint="List the Prometheus servers' addresses, or use METRICS_TOKEN.",
+                id="scheduler_app.W050",
+            )
+        )
+    token = app_settings.METRICS_TOKEN
+    if token is not None and (not isinstance(token, str) or not token.strip()):
+        problems.append(
+            Error(
+                "SCHEDULER_APP['METRICS_TOKEN'] must be None or a non-empty string.",
+                id="scheduler_app.E051",
+            )
+        )
+    cache_seconds, window = app_settings.METRICS_CACHE_SECONDS, app_settings.METRICS_WINDOW
+    if not _number(cache_seconds) or cache_seconds < 0 or not _number(window) or window <= 0:
+        problems.append(
+            Error(
+                "SCHEDULER_APP['METRICS_CACHE_SECONDS'] must be a number >= 0 and "
+                "SCHEDULER_APP['METRICS_WINDOW'] a number > 0.",
+                id="scheduler_app.E052",
+            )
+        )
+    batches = app_settings.METRICS_MAX_BATCHES
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 0:
+        problems.append(
+            Error(
+                "SCHEDULER_APP['METRICS_MAX_BATCHES'] must be an integer >= 0.",
+                id="scheduler_app.E053",
+            )
+        )
+    return problems
+
+
+@register(Tags.compatibility)
+def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check the RETENTION_* and PRUNE_* settings (E054-E056)."""
+    problems: list[CheckMessage] = [
+        Error(
+            "SCHEDULER_APP[%r] must be a number of days > 0, or None to keep forever." % name,
+            id="scheduler_app.E054",
+        )
+        for name in RETENTION_DAYS
+        if getattr(app_settings, name) is not None
+        and (not _number(getattr(app_settings, name)) or getattr(app_settings, name) <= 0)
+    ]
+    for name in ("PRUNE_BATCH_SIZE", "PRUNE_MAX_ROWS"):
+        value = getattr(app_settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(
+                Error(
+                    "SCHEDULER_APP[%r] must be a positive integer." % name,
+                    id="scheduler_app.E055",
+                )
+            )
+    cron = app_settings.PRUNE_SCHEDULE
+    if cron is not None:
+        from scheduler_app.schedules.recurrence import CronError, check_cron
+
+        try:
+            if not isinstance(cron, str):
+                raise CronError("not a string")
+            check_cron(cron)
+        except CronError as exc:
+            problems.append(
+                Error(
+                    "SCHEDULER_APP['PRUNE_SCHEDULE'] must be None or a cron expression "
+                    "(UTC), not %r: %s." % (cron, exc),
+                    id="scheduler_app.E056",
+                )
+            )
+    return problems
+
+
+def _number(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+@register(Tags.database)
+def check_no_transaction_pooling(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[Error]:
+    """Refuse PgBouncer in transaction-pooling mode, which Django marks with
+    DISABLE_SERVER_SIDE_CURSORS (see docs/performance.md)."""
+    default = settings.DATABASES.get("default", {})
+    if not default.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return []
+    return [
+        Error(
+            "scheduler_app does not support a transaction-pooling connection pooler (such as "
+            "PgBouncer with pool_mode=transaction), which DATABASES['default']"
+            "['DISABLE_SERVER_SIDE_CURSORS'] = True says this is: runworker LISTENs for new jobs "
+            "on a session of its own and records outcomes and claims in one pipelined "
+            "transaction.",
+            hint="Connect to PostgreSQL directly or through session pooling "
+            "(pool_mode=session); see docs/performance.md.",
+            id="scheduler_app.E080",
+        )
+    ]
+
+
+@register(Tags.urls)
+def check_api_docs_assets(app_configs: Any = None, **kwargs: Any) -> list[Warning]:
+    """Warn when the URLconf serves the API docs page but its assets cannot be served."""
+    # Imported here: the API's views load DRF, which only projects that route it need.
+    from scheduler_app.api.views import DocsView
+
+    if apps.is_installed("drf_spectacular_sidecar"):
+        return []
+    try:
+        patterns = get_resolver().url_patterns
+    except (ImportError, ImproperlyConfigured):
+        return []  # Django's own URL checks report a broken URLconf
+    if not _routes_view(patterns, DocsView):
+        return []
+    return [
+        Warning(
+            "The API docs page (/api/docs/) is routed but 'drf_spectacular_sidecar' is not in "
+            "INSTALLED_APPS, so its Swagger UI files will not be found and the page stays blank.",
+            hint="Add 'drf_spectacular_sidecar' to INSTALLED_APPS (it is installed with "
+            "django-scheduler-app).",
+            id="scheduler_app.W090",
+        )
+    ]
+
+
+def _routes_view(patterns: list[Any], view_class: type) -> bool:
+    """Return whether any of ``patterns``, followed into includes, is ``view_class``."""
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            if _routes_view(pattern.url_patterns, view_class):
+                return True
+        elif issubclass(getattr(pattern.callback, "view_class", object), view_class):
+            return True
+    return False
 
 
 @register(Tags.compatibility)

@@ -16,8 +16,10 @@ from django.core.signals import setting_changed
 DEFAULTS: dict[str, Any] = {
     # Queues a job may be scheduled on; anything else is refused.
     "QUEUES": ["default"],
-    # Worker defaults (each one a runworker option too).
-    "CONCURRENCY": 4,
+    # Worker defaults (each one a runworker option too). 10: four workers open at most
+    # 4 x (10 executors + 10 send-lane claim keepers + loop + LISTEN + lease renewal) = 92
+    # connections, under PostgreSQL's default max_connections of 100 (docs/performance.md).
+    "CONCURRENCY": 10,
     "CLAIM_BATCH_SIZE": 100,
     "POLL_INTERVAL": 1.0,
     "LEASE_SECONDS": 30.0,
@@ -42,10 +44,11 @@ DEFAULTS: dict[str, Any] = {
     },
     "SEND_QUEUE": "default",
     "SEND_LANES": 2,  # dispatch jobs per batch, so several workers share one send
-    "SEND_CHUNK_SIZE": 100,  # recipients a lane claims at once (it sends them one at a time)
+    "SEND_CHUNK_SIZE": 1000,  # the most recipients a lane claims at once (~1 s of work)
     # A lane's claim on a chunk, extended while it works; after a crash, the chunk's
     # recipients go to another lane once it expires. Longer than any provider call.
     "SEND_CLAIM_SECONDS": 60.0,
+    "SEND_MARKER_SYNCHRONOUS_COMMIT": True,  # False: markers commit without the WAL flush
     "RECIPIENT_MAX_ATTEMPTS": 5,
     "BREAKER_WINDOW": 100,  # the automatic breaker looks at this many latest attempts
     "BREAKER_THRESHOLD": 0.5,  # and pauses the batch when more than this share failed
@@ -77,6 +80,40 @@ DEFAULTS: dict[str, Any] = {
     "COMPLAINT_RATE_LIMIT": 0.003,
     "BOUNCE_RATE_LIMIT": 0.05,
     "FEEDBACK_MIN_SENT": 100,
+    # The Celery executor (runworker --executor celery; see docs/celery.md).
+    "CELERY_APP": None,  # dotted path to the project's Celery app instance
+    "CELERY_QUEUE_PREFIX": "scheduler_app.",  # Celery queue = prefix + job queue
+    "CELERY_MAX_IN_FLIGHT": 1000,  # published, not yet started messages per queue
+    "CELERY_MAX_BROKER_WAIT": 300.0,  # seconds a message may wait before it is published again
+    # Operability (see docs/operability.md): alerts, workers' heartbeats, stale sends.
+    "ALERT_INTERVAL": 60.0,
+    "ALERT_NOTIFIERS": ["scheduler_app.alerts.notifiers.MailAdmins"],
+    "ALERT_RENOTIFY_AFTER": 3600.0,
+    "ADMIN_BASE_URL": "",
+    "OVERDUE_AFTER": 600.0,
+    "FAILING_RATE": 0.5,
+    "FAILING_WINDOW": 3600.0,
+    "WORKER_HEARTBEAT_INTERVAL": 10.0,
+    "WORKER_LOST_AFTER": 60.0,
+    "STALE_SEND_AFTER": 3600.0,
+    "STALLED_SEND_AFTER": 900.0,
+    # Prometheus metrics (scheduler_app.metrics; needs the [metrics] extra).
+    "METRICS_ALLOWED_IPS": [],  # addresses or networks the metrics view serves
+    "METRICS_TOKEN": None,  # or a bearer token that is served from anywhere
+    "METRICS_CACHE_SECONDS": 10.0,
+    "METRICS_WINDOW": 3600.0,  # recent runs, lateness and first-attempt success cover this
+    "METRICS_MAX_BATCHES": 10,  # at most this many sending/paused batches get their own series
+    # Retention (scheduler_prune and the built-in daily schedule): days to keep; None keeps.
+    "RETENTION_JOBS_DAYS": 30,
+    "RETENTION_OCCURRENCES_DAYS": 90,
+    "RETENTION_CONTROL_EVENTS_DAYS": 365,
+    "RETENTION_RECIPIENT_CONTEXT_DAYS": 30,
+    "RETENTION_DRY_RUN_REPORTS_DAYS": 30,
+    "RETENTION_WORKERS_DAYS": 7,
+    "RETENTION_ALERTS_DAYS": 90,
+    "PRUNE_BATCH_SIZE": 1000,
+    "PRUNE_MAX_ROWS": 1_000_000,
+    "PRUNE_SCHEDULE": "30 3 * * *",  # cron, UTC; None switches the built-in schedule off
 }
 
 # What each setting means, in Markdown: the settings reference in the docs is generated
@@ -86,7 +123,10 @@ DESCRIPTIONS: dict[str, str] = {
         "The queues jobs may be scheduled on; scheduling on any other queue raises "
         "`UnknownQueue`. `runworker` serves all of them unless given `--queue`."
     ),
-    "CONCURRENCY": ("Jobs one worker runs at once, each in its own thread (`--concurrency`)."),
+    "CONCURRENCY": (
+        "Jobs one worker runs at once, each in its own thread (`--concurrency`). A worker "
+        "opens up to 2 x CONCURRENCY + 3 database connections (see the performance guide)."
+    ),
     "CLAIM_BATCH_SIZE": ("Most jobs a worker claims in one statement (`--batch-size`)."),
     "POLL_INTERVAL": (
         "Longest time, in seconds, an idle worker waits before looking for due jobs again "
@@ -112,21 +152,34 @@ DESCRIPTIONS: dict[str, str] = {
         "Extra seconds a job scheduled with `undo_window` waits after the window closes, so "
         "an undo clicked at the last moment still wins."
     ),
-    "SCHEDULES": ("Recurring schedules declared in code (see below)."),
+    "SCHEDULES": (
+        "Recurring schedules declared in code (see [Recurring schedules](schedules.md))."
+    ),
     "SCHEDULES_VERSION": (
         "An integer >= 0 you raise with every change of `SCHEDULES`; during a rolling deploy "
-        "the highest version's declarations win (see Deploys below)."
+        "the highest version's declarations win (see [Deploys](../deploys.md))."
     ),
     "SCHEDULER_INTERVAL": ("Seconds between a worker's looks for due schedule occurrences."),
     "PROVIDERS": ("Provider name to dotted class path."),
     "SEND_QUEUE": ("The queue send jobs run on."),
     "SEND_LANES": ("Jobs per batch, so several workers share one send."),
-    "SEND_CHUNK_SIZE": ("Recipients a lane claims at once (it sends them one at a time)."),
+    "SEND_CHUNK_SIZE": (
+        "The most recipients a lane claims at once (it sends them one at a time). Lanes "
+        "size their chunks to about a second of work, from the rate limit and the speed "
+        "they see, up to this."
+    ),
     "SEND_CLAIM_SECONDS": (
         "How long a lane's claim on its chunk lasts; the lane extends it while it works. "
         "After a crash, the chunk's unsent recipients go to another lane once it expires. "
         "Keep it well above your longest provider call (e.g. set `EMAIL_TIMEOUT`): a call "
         "still running when its claim expires may be repeated by another lane."
+    ),
+    "SEND_MARKER_SYNCHRONOUS_COMMIT": (
+        "PostgreSQL: True (the default) makes a lane wait for each marker's WAL flush. "
+        "False commits a lane's statements with synchronous_commit = off: faster when the "
+        "disk is the bound, but a crash of PostgreSQL itself (not of a worker) can lose the "
+        "markers of the last moments (up to 3 x wal_writer_delay) and re-send those "
+        "recipients, with the same key and Message-ID."
     ),
     "RECIPIENT_MAX_ATTEMPTS": (
         "Attempts per recipient: transient errors, and crashes of the lane while it was "
@@ -198,6 +251,119 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "FEEDBACK_MIN_SENT": (
         "The complaint and bounce limits apply once a batch has sent at least this many."
+    ),
+    "CELERY_APP": (
+        "Dotted path to your project's Celery app instance (e.g. `'proj.celery.app'`), which "
+        "`runworker --executor celery` publishes jobs with. `None`: the Celery executor is "
+        "off. Only read by the relay: `runworker` without `--executor celery` never imports "
+        "Celery (check `scheduler_app.E060`)."
+    ),
+    "CELERY_QUEUE_PREFIX": (
+        "Jobs of queue `q` are published to the Celery queue `<prefix>q`; start Celery "
+        "workers with `-Q` listing those names (check `scheduler_app.E061`)."
+    ),
+    "CELERY_MAX_IN_FLIGHT": (
+        "Most jobs per queue the relay keeps published but not yet started by a Celery "
+        "worker; it claims more as they start. Bounds the broker's backlog, so no lease "
+        "expires while a message waits (check `scheduler_app.E062`)."
+    ),
+    "CELERY_MAX_BROKER_WAIT": (
+        "Seconds a published job may wait in the broker before the relay hands it back and "
+        "publishes it again (a lost message); its old message is then refused if it ever "
+        "arrives (check `scheduler_app.E063`)."
+    ),
+    "ALERT_INTERVAL": (
+        "Seconds between evaluations of the alert rules; every worker offers to run them, "
+        "one at a time across hosts."
+    ),
+    "ALERT_NOTIFIERS": (
+        "Where alerts are delivered: dotted paths of notifier classes, or dicts "
+        '`{"class": path, **options}` (e.g. the `Webhook` notifier\'s `url`). The default '
+        "mails `ADMINS`; a system check warns (`scheduler_app.W040`) when none would deliver."
+    ),
+    "ALERT_RENOTIFY_AFTER": (
+        "Seconds after which an open alert nobody acknowledged is delivered again."
+    ),
+    "ADMIN_BASE_URL": (
+        "The admin's absolute URL prefix (e.g. `https://ops.example.com`), for the links in "
+        "alerts; empty: links are paths."
+    ),
+    "OVERDUE_AFTER": (
+        "Seconds a due job may wait to start before an `overdue` alert opens for its task."
+    ),
+    "FAILING_RATE": (
+        "A `failing` alert opens when more than this share of a task's jobs that finished "
+        "in the last `FAILING_WINDOW` seconds failed for good."
+    ),
+    "FAILING_WINDOW": ("Seconds of finished jobs the `failing` rule looks at."),
+    "WORKER_HEARTBEAT_INTERVAL": ("Seconds between a worker's heartbeat writes."),
+    "WORKER_LOST_AFTER": (
+        "Seconds without a heartbeat after which a worker is marked lost (its jobs come back "
+        "through lease rescue)."
+    ),
+    "STALE_SEND_AFTER": (
+        "A batch (or, for local-time deliveries, a recipient) this many seconds past its "
+        "scheduled time does not start sending: it is paused as stale until resumed."
+    ),
+    "STALLED_SEND_AFTER": (
+        "Seconds a sending batch may go without marking any recipient, while recipients "
+        "are due, before a `stalled_send` alert opens."
+    ),
+    "METRICS_ALLOWED_IPS": (
+        'Client addresses or networks (`"10.0.0.0/8"`, `"::1"`) the metrics view serves; '
+        "others get 403. Behind a reverse proxy on the same host every request comes from "
+        "the proxy's address: use `METRICS_TOKEN` or block the path at the proxy."
+    ),
+    "METRICS_TOKEN": (
+        "A secret; a request with `Authorization: Bearer <token>` is served the metrics from "
+        "any address. `None`: addresses only."
+    ),
+    "METRICS_CACHE_SECONDS": (
+        "How long the metrics view reuses the numbers it read from the database (Django's "
+        "default cache); `0` reads them on every scrape."
+    ),
+    "METRICS_WINDOW": (
+        "Seconds of recent attempts the metrics view counts for runs per outcome, lateness "
+        "and the first-attempt success ratio."
+    ),
+    "METRICS_MAX_BATCHES": (
+        "At most this many send batches that are sending or paused (the most recent) get "
+        "their own `batch` series, so the number of series stays bounded."
+    ),
+    "RETENTION_JOBS_DAYS": (
+        "Days to keep finished jobs (succeeded, failed, cancelled) and their attempt "
+        "history, counted from `finished_at`. `None` keeps them."
+    ),
+    "RETENTION_OCCURRENCES_DAYS": (
+        "Days to keep the record of schedule occurrences (enqueued, skipped, error). "
+        "`None` keeps them."
+    ),
+    "RETENTION_CONTROL_EVENTS_DAYS": (
+        "Days to keep the audit trail of pauses, resumes and cancels. `None` keeps it."
+    ),
+    "RETENTION_RECIPIENT_CONTEXT_DAYS": (
+        "Days after a batch finished (completed, cancelled or failed) after which its "
+        "recipients' template context (personal data) is blanked; the recipient rows, "
+        "the sent markers, stay. `None` keeps it."
+    ),
+    "RETENTION_DRY_RUN_REPORTS_DAYS": (
+        "Days to keep dry-run report files, except the latest report of a batch that has "
+        "not finished. `None` keeps them."
+    ),
+    "RETENTION_WORKERS_DAYS": (
+        "Days to keep the heartbeat rows of stopped and lost workers. `None` keeps them."
+    ),
+    "RETENTION_ALERTS_DAYS": ("Days to keep resolved alerts. `None` keeps them."),
+    "PRUNE_BATCH_SIZE": (
+        "Rows one pruning statement deletes (or blanks); each is its own short transaction."
+    ),
+    "PRUNE_MAX_ROWS": (
+        "The breaker: a prune that would touch more rows than this refuses, deletes nothing "
+        "and raises an alert (`scheduler_prune --max-rows` overrides it once)."
+    ),
+    "PRUNE_SCHEDULE": (
+        "Cron expression (UTC) of the built-in daily prune schedule `scheduler-prune`; "
+        "`None` switches it off."
     ),
 }
 

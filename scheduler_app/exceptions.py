@@ -22,6 +22,12 @@ class SchedulerError(Exception):
         super().__init__(self.message)
 
 
+class PruneRefused(SchedulerError):
+    """More rows qualify for pruning than PRUNE_MAX_ROWS allows; nothing was deleted."""
+
+    code = "prune_refused"
+
+
 class ValidationError(SchedulerError, ValueError):
     """Invalid arguments."""
 
@@ -74,6 +80,12 @@ class SendLaneNotCancellable(SchedulerError):
     """A send lane cannot be cancelled on its own; cancel its batch instead."""
 
     code = "send_lane"
+
+
+class StaleSend(SchedulerError):
+    """The message is too far past its scheduled time to be sent without an operator."""
+
+    code = "stale_send"
 
 
 class JobTimeout(SchedulerError):

@@ -8,8 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler_app.conf import app_settings
+from scheduler_app.cursors import Cursor, Cursors
 from scheduler_app.exceptions import UnknownTask, UnsupportedPayloadVersion, ValidationError
 from scheduler_app.retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from scheduler_app.targets import NO_TARGETS, Targets, build_targets
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -28,6 +30,12 @@ class JobContext:
     #: Returns True once the worker is shutting down: a long handler should
     #: stop at a safe point (raise RetryLater to continue elsewhere).
     should_stop: Callable[[], bool] = lambda: False
+    #: The cursors this attempt opened (see ``cursor()``); the worker saves their proposals.
+    cursors: Cursors = dataclasses.field(default_factory=Cursors)
+
+    def cursor(self, name: str) -> Cursor:
+        """Return the named sync cursor; ``advance()`` it to move it if this job succeeds."""
+        return self.cursors.open(name)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -42,6 +50,8 @@ class TaskSpec:
     retry: RetryPolicy = DEFAULT_RETRY_POLICY
     timeout: dt.timedelta | None = None
     payload_versions: frozenset[int] = frozenset({1})
+    #: Targets of every job of this task; a schedule's own targets win over these.
+    targets: Targets = NO_TARGETS
 
     def __call__(self, ctx: JobContext) -> Any:
         return self.func(ctx)
@@ -79,13 +89,30 @@ def task(
     retry: RetryPolicy = DEFAULT_RETRY_POLICY,
     timeout: float | dt.timedelta | None = None,
     payload_versions: tuple[int, ...] | frozenset[int] = (1,),
+    lateness_target: float | dt.timedelta | None = None,
+    max_runtime: float | dt.timedelta | None = None,
+    expected_every: float | dt.timedelta | None = None,
+    count_key: str = "",
+    zero_runs_alert: int | None = None,
 ) -> Any:
     """Register ``func`` as a task; use bare (``@task``) or with options.
 
     The name defaults to ``module.qualname``; the other options are the
     defaults every job of this task is scheduled with. ``priority``: lower
-    runs first. Returns the TaskSpec, which is still callable with a JobContext.
+    runs first. The targets (durations in seconds or timedeltas; see
+    scheduler_app.targets) drive the alerts. Returns the TaskSpec, which is
+    still callable with a JobContext.
     """
+    try:
+        targets = build_targets(
+            lateness_target=lateness_target,
+            max_runtime=max_runtime,
+            expected_every=expected_every,
+            count_key=count_key,
+            zero_runs_alert=zero_runs_alert,
+        )
+    except ValueError as exc:
+        raise ValidationError("Task %r: %s." % (name or func, exc)) from exc
 
     def register(f: Callable[[JobContext], Any]) -> TaskSpec:
         spec = TaskSpec(
@@ -99,6 +126,7 @@ def task(
             retry=retry,
             timeout=_as_timeout(timeout if timeout is not None else app_settings.DEFAULT_TIMEOUT),
             payload_versions=frozenset(payload_versions),
+            targets=targets,
         )
         _validate(spec)
         existing = _registry.get(spec.name)

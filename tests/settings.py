@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
+    "drf_spectacular_sidecar",  # the API docs page's Swagger UI files
     "scheduler_app",
     "tests.testapp",
 ]
@@ -67,6 +68,7 @@ if django.VERSION >= (6, 1):
     MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
 else:
     EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+ADMINS = [("Ops", "ops@example.com")]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "/static/"
 
@@ -88,6 +90,23 @@ SCHEDULER_APP = {
     "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
     "SEND_LANES": env.int("SCHEDULER_SEND_LANES", 2),
     "SEND_CHUNK_SIZE": env.int("SCHEDULER_SEND_CHUNK_SIZE", 100),
+    # tests/celery: the Celery app of the relay and workers, and one queue prefix per test.
+    "CELERY_APP": "tests.celery_app.app",
+    "CELERY_QUEUE_PREFIX": env.str("SCHEDULER_CELERY_QUEUE_PREFIX", "scheduler_tests."),
+    "CELERY_MAX_BROKER_WAIT": env.float("SCHEDULER_CELERY_MAX_BROKER_WAIT", 300.0),
+    "ALERT_INTERVAL": env.float("SCHEDULER_ALERT_INTERVAL", 60.0),
+    "WORKER_HEARTBEAT_INTERVAL": env.float("SCHEDULER_HEARTBEAT_INTERVAL", 10.0),
+    # The built-in prune schedule is on by default; tests of declared schedules count
+    # their own (tests/db/test_retention.py turns it on).
+    "PRUNE_SCHEDULE": None,
+}
+
+# django.tasks (the django_tasks backport on Django 5.2) enqueues scheduler_app jobs.
+TASKS = {
+    "default": {
+        "BACKEND": "scheduler_app.tasks_backend.SchedulerBackend",
+        "QUEUES": ["default", "emails"],
+    }
 }
 
 LOGGING = {

@@ -89,3 +89,19 @@ def subscribers(params):
         timezone="timezone",
         context={"first_name": "first_name"},
     )
+
+
+@task(name="demo.sync_orders", max_runtime=60)
+def sync_orders(job):
+    """Pretend to sync new orders from a shop since the last successful run (there are none).
+
+    The cursor moves only when the run succeeds. Every run processes 0 orders,
+    so after two runs the "suspicious success" alert opens (see the schedule
+    "demo-sync-orders" in settings, and Alerts in the admin).
+    """
+    cursor = job.cursor("shop-orders")
+    since = cursor.value or job.scheduled_for.isoformat()
+    orders: list[dict] = []  # a real sync would fetch the orders changed since `since`
+    cursor.advance(job.scheduled_for.isoformat(), processed=len(orders))
+    logger.info("demo orders synced since=%s processed=%s", since, len(orders))
+    return {"since": since}

@@ -24,6 +24,13 @@ def seconds(delta: dt.timedelta | None) -> str:
     return "%d h %d min" % divmod(minutes, 60)
 
 
+def utc(moment: dt.datetime | None) -> str:
+    """Return a moment as '2026-03-01 09:00:00 UTC', or '-'."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def report_counts(request: HttpRequest, modeladmin, counts: dict[str, int], labels: dict) -> None:  # type: ignore[no-untyped-def]
     """Send one admin message per outcome: success for what changed, warning for the rest."""
     for outcome, count in counts.items():

@@ -13,7 +13,7 @@ from django.db.models import F, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from scheduler_app import clock
 from scheduler_app.admin.display import paused_banner, report_counts, seconds
@@ -21,8 +21,20 @@ from scheduler_app.cancellation import CancelOutcome, cancel
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.exceptions import SendLaneNotCancellable
-from scheduler_app.models import Job, JobAttempt, SendBatch
+from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+
+#: The columns of a job's attempt history on its admin page.
+ATTEMPT_COLUMNS = (
+    "attempt",
+    "outcome",
+    "worker",
+    "due",
+    "started",
+    "finished",
+    "lateness",
+    "error",
+)
 
 CANCEL_LABELS = {
     CancelOutcome.CANCELLED: (
@@ -94,30 +106,6 @@ class LateFilter(admin.SimpleListFilter):
         return queryset
 
 
-class AttemptInline(admin.TabularInline):
-    model = JobAttempt
-    extra = 0
-    can_delete = False
-    fields = [
-        "attempt",
-        "outcome",
-        "worker_id",
-        "due_at",
-        "started_at",
-        "finished_at",
-        "lateness_display",
-        "error",
-    ]
-    readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description="lateness")
-    def lateness_display(self, attempt: JobAttempt) -> str:
-        return seconds(attempt.lateness)
-
-
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = [
@@ -135,7 +123,6 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["=id", "task_name", "unique_key"]
     date_hierarchy = "scheduled_for"
     list_select_related = ["owner"]
-    inlines = [AttemptInline]
     actions = ["cancel_jobs", "run_now", "retry_failed"]
     fieldsets = [
         (None, {"fields": ["task_name", "status", "queue", "priority", "owner", "undo_display"]}),
@@ -155,6 +142,7 @@ class JobAdmin(admin.ModelAdmin):
             "Attempts",
             {"fields": ["attempts", "max_attempts", "worker_id", "lease_expires_at", "last_error"]},
         ),
+        ("Attempt history", {"fields": ["attempt_history_display"]}),
         ("Data", {"fields": ["payload", "payload_version", "unique_key", "result"]}),
         ("Cancellation", {"fields": ["cancelled_at", "cancelled_by"]}),
     ]
@@ -186,6 +174,34 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="lateness")
     def lateness_display(self, job: Job) -> str:
         return seconds(job.lateness)
+
+    @admin.display(description="attempts")
+    def attempt_history_display(self, job: Job) -> str:
+        history = job.attempt_history()
+        if not history:
+            return "-"
+        header = format_html_join("", "<th>{}</th>", ((h,) for h in ATTEMPT_COLUMNS))
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+            "<td>{}</td><td><pre>{}</pre></td></tr>",
+            (
+                (
+                    a.attempt,
+                    a.get_outcome_display(),
+                    a.worker_id or "-",
+                    a.due_at,
+                    a.started_at,
+                    a.finished_at,
+                    seconds(a.lateness),
+                    a.error,
+                )
+                for a in history
+            ),
+        )
+        return format_html(
+            "<table><thead><tr>{}</tr></thead><tbody>{}</tbody></table>", header, rows
+        )
 
     @admin.display(description="undo")
     def undo_display(self, job: Job) -> str:

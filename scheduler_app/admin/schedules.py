@@ -12,11 +12,13 @@ from django.utils.html import format_html, format_html_join
 
 from scheduler_app import clock
 from scheduler_app.admin.display import report_counts, seconds
+from scheduler_app.alerts.rules import expected_cadence
 from scheduler_app.exceptions import InvalidPayload, ValidationError
 from scheduler_app.models import Schedule, ScheduleOccurrence
 from scheduler_app.schedules.declared import prune_declared_schedules
 from scheduler_app.schedules.recurrence import next_run_times
 from scheduler_app.scheduling import check_payload
+from scheduler_app.targets import TARGET_FIELDS
 
 PREVIEW_COUNT = 10
 
@@ -71,7 +73,13 @@ class ScheduleAdmin(admin.ModelAdmin):
     list_filter = ["enabled", "kind", "declared_in_code"]
     search_fields = ["name", "task_name"]
     actions = ["enable", "disable", "prune"]
-    readonly_fields = ["next_runs", "next_run_at", "declared_in_code", "declared_version"]
+    readonly_fields = [
+        "next_runs",
+        "next_run_at",
+        "declared_in_code",
+        "declared_version",
+        "absence_window",
+    ]
     inlines = [OccurrenceInline]
     fieldsets = [
         (
@@ -104,7 +112,28 @@ class ScheduleAdmin(admin.ModelAdmin):
             },
         ),
         ("Policies", {"fields": ["overlap_policy", "misfire_policy", "misfire_grace"]}),
+        (
+            "Targets (alerts)",
+            {
+                "description": "Empty: the task's target. A schedule declared in code takes "
+                "its targets from code at every sync.",
+                "fields": [*TARGET_FIELDS, "absence_window"],
+            },
+        ),
     ]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.declared_in_code:
+            fields += TARGET_FIELDS  # code owns them: a sync would overwrite an edit
+        return fields
+
+    @admin.display(description="absent after")
+    def absence_window(self, schedule: Schedule) -> str:
+        if not schedule.pk:
+            return "-"
+        window = expected_cadence(schedule, clock.now())
+        return "%s without a success" % seconds(window) if window else "-"
 
     @admin.display(description="rule")
     def rule(self, schedule: Schedule) -> str:

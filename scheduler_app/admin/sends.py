@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.core.files.storage import default_storage
 from django.db.models import QuerySet
@@ -24,13 +26,14 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app.admin.display import paused_banner
+from scheduler_app.admin.display import paused_banner, seconds, utc
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
+from scheduler_app.db import database_now
 from scheduler_app.exceptions import SchedulerError
 from scheduler_app.feedback.suppressions import batch_feedback
 from scheduler_app.models import RateLimit, Recipient, SendBatch
-from scheduler_app.sends import batches
+from scheduler_app.sends import batches, states
 from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 from scheduler_app.sends.dry_run import dry_run
@@ -55,6 +58,17 @@ DRAFT_FIELDS = [
     "breaker_window",
     "breaker_threshold",
 ]
+#: Shown below the draft fields on an existing batch (read-only).
+STATE_FIELDS = [
+    "status",
+    "status_reason",
+    "progress_display",
+    "feedback_display",
+    "checklist_display",
+    "dry_run_display",
+]
+#: The change page's buttons: each runs the list action of that name on the one batch.
+PAGE_ACTIONS = ("pause", "resume", "cancel")
 
 
 class SendBatchForm(forms.ModelForm):
@@ -96,17 +110,7 @@ class ReasonForm(forms.Form):
 @admin.register(SendBatch)
 class SendBatchAdmin(admin.ModelAdmin):
     form = SendBatchForm
-    list_display = [
-        "name",
-        "status",
-        "scheduled_at",
-        "timezone",
-        "progress_bar",
-        "sent",
-        "failed",
-        "skipped",
-        "remaining",
-    ]
+    list_display = ["name", "status", "scheduled_at", "timezone", "progress_bar"]
     list_filter = ["status"]
     search_fields = ["name"]
     actions = [
@@ -126,17 +130,12 @@ class SendBatchAdmin(admin.ModelAdmin):
         return [*DRAFT_FIELDS, *self.get_readonly_fields(request, obj)]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        extra = [
-            "status",
-            "status_reason",
-            "progress_display",
-            "feedback_display",
-            "checklist_display",
-            "dry_run_display",
-        ]
-        if obj is not None and obj.status != Status.DRAFT:
-            return [*DRAFT_FIELDS, *extra]  # only drafts can be edited
-        return extra if obj is not None else ["status"]
+        return STATE_FIELDS if obj is not None else ["status"]
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Only drafts can be edited: any other batch's page is a view page (no Save buttons).
+        editable = obj is None or obj.status == Status.DRAFT
+        return editable and super().has_change_permission(request, obj)
 
     def save_model(self, request: HttpRequest, obj: SendBatch, form: Any, change: bool) -> None:
         if not change:
@@ -157,11 +156,19 @@ class SendBatchAdmin(admin.ModelAdmin):
     def progress_bar(self, batch: SendBatch) -> str:
         data = batches.batch_progress(batch)
         return format_html(
-            '<progress class="scheduler-progress" data-batch="{}" max="100" value="{}"></progress> '
-            '<span class="scheduler-progress-text">{}%</span>',
+            '<progress class="scheduler-progress" data-batch="{}" max="100" value="{}" '
+            'aria-label="Progress of {}"></progress> '
+            '<span class="scheduler-progress-text">{}%</span><br>'
+            '<span class="scheduler-progress-counts">{} sent · {} failed · {} skipped · {} left'
+            "</span>",
             batch.pk,
             data["percent"],
+            batch.name,
             data["percent"],
+            data["sent"],
+            data["failed"],
+            data["skipped"],
+            data["remaining"] if data["remaining"] is not None else "-",
         )
 
     @admin.display(description="progress")
@@ -169,8 +176,8 @@ class SendBatchAdmin(admin.ModelAdmin):
         data = batches.batch_progress(batch)
         return format_html(
             '<div class="scheduler-live" data-url="{}" data-status="{}">'
-            '<progress class="scheduler-progress" max="100" value="{}" style="width:30em">'
-            "</progress>"
+            '<progress class="scheduler-progress" max="100" value="{}" style="width:30em" '
+            'aria-label="Send progress"></progress>'
             ' <span class="scheduler-progress-text">{}%</span><br>'
             'sent <b class="p-sent">{}</b> · failed <b class="p-failed">{}</b> · skipped '
             '<b class="p-skipped">{}</b> · remaining <b class="p-remaining">{}</b> · '
@@ -245,14 +252,71 @@ class SendBatchAdmin(admin.ModelAdmin):
             ),
             path("<int:pk>/report/", view(self.report_view), name="scheduler_app_sendbatch_report"),
             path("<int:pk>/undo/", view(self.undo_view), name="scheduler_app_sendbatch_undo"),
+            path(
+                "<int:pk>/actions/<str:name>/",
+                view(self.page_action_view),
+                name="scheduler_app_sendbatch_page_action",
+            ),
             *super().get_urls(),
         ]
 
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        batch = self.get_object(request, unquote(object_id))
+        if batch is not None:
+            allowed = self.allowed_actions(request, batch)
+            extra_context = {**(extra_context or {}), "batch_actions": allowed}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def allowed_actions(self, request: HttpRequest, batch: SendBatch) -> list[str]:
+        """Return what this user can do to ``batch`` now: undo, pause, resume, cancel."""
+        permitted = self.get_actions(request)
+        possible = {
+            "undo": batch.status == Status.SCHEDULED and batch.undo_deadline is not None,
+            "pause": batch.status in states.ACTIVE,
+            "resume": batch.status == Status.PAUSED,
+            "cancel": batch.status in states.CANCELLABLE,
+        }
+        return [
+            name
+            for name, ok in possible.items()
+            if ok
+            and (
+                "%s_action" % name in permitted
+                if name in PAGE_ACTIONS
+                else self.has_change_permission(request)
+            )
+        ]
+
     def progress_view(self, request: HttpRequest, pk: int) -> JsonResponse:
+        """Return the batch's progress, status, reason and allowed actions, for the live page."""
         batch = get_object_or_404(self.get_queryset(request), pk=pk)
         if not self.has_view_permission(request, batch):
             raise PermissionDenied
-        return JsonResponse(batches.batch_progress(batch))
+        return JsonResponse(
+            {
+                **batches.batch_progress(batch),
+                "status_reason": batch.status_reason,
+                "actions": self.allowed_actions(request, batch),
+            }
+        )
+
+    def page_action_view(self, request: HttpRequest, pk: int, name: str) -> HttpResponse:
+        """Run the list action ``name`` (pause, resume, cancel) on one batch, from its page."""
+        if name not in PAGE_ACTIONS:
+            raise Http404("No such action.")
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        batch = get_object_or_404(self.get_queryset(request), pk=pk)
+        action = self.get_actions(request).get("%s_action" % name)
+        if action is None:
+            raise PermissionDenied
+        func = action[0]
+        response = func(self, request, self.get_queryset(request).filter(pk=batch.pk))
+        return response or HttpResponseRedirect(
+            reverse("admin:scheduler_app_sendbatch_change", args=[batch.pk])
+        )
 
     def report_view(self, request: HttpRequest, pk: int) -> FileResponse:
         batch = get_object_or_404(self.get_queryset(request), pk=pk)
@@ -270,7 +334,7 @@ class SendBatchAdmin(admin.ModelAdmin):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         batch = get_object_or_404(self.get_queryset(request), pk=pk)
-        if not self.has_change_permission(request, batch):
+        if not self.has_change_permission(request):
             raise PermissionDenied
         outcome = batches.undo_batch(batch.pk, by=request.user)
         if outcome.cancelled:
@@ -352,7 +416,12 @@ class SendBatchAdmin(admin.ModelAdmin):
                     request, "%s was not scheduled: %s" % (batch.name, exc), messages.ERROR
                 )
             else:
-                self.message_user(request, "%s scheduled." % batch.name, messages.SUCCESS)
+                self.message_user(
+                    request,
+                    "%s scheduled; sending starts at %s."
+                    % (batch.name, utc(batches.earliest_start(batch) or batch.scheduled_at)),
+                    messages.SUCCESS,
+                )
         return None
 
     @admin.action(description="Pause (a reason is required)", permissions=["change"])
@@ -406,6 +475,17 @@ class SendBatchAdmin(admin.ModelAdmin):
                 )
         return None
 
+    def _planned_start(self, batch: SendBatch, now: Any) -> str:
+        """Say when ``batch`` starts if scheduled ``now``, and why then."""
+        start = utc(batches.planned_start(batch, now))
+        if not batch.undo_window:
+            return start
+        return "%s, after the %s undo window and the %s safety margin" % (
+            start,
+            seconds(batch.undo_window),
+            seconds(dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)),
+        )
+
     def has_resume_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("scheduler_app.resume_sendbatch")
 
@@ -419,6 +499,7 @@ class SendBatchAdmin(admin.ModelAdmin):
         checklist: bool = False,
         form: forms.Form | None = None,
     ) -> HttpResponse:
+        now = database_now() if checklist else None  # the clock schedule_batch() plans with
         context = {
             **self.admin_site.each_context(request),
             "title": "%s send batches" % verb,
@@ -426,7 +507,10 @@ class SendBatchAdmin(admin.ModelAdmin):
             "verb": verb,
             "action": action,
             "queryset": queryset,
-            "items": [(b, run_checklist(b) if checklist else []) for b in queryset],
+            "items": [
+                (b, run_checklist(b), self._planned_start(b, now)) if checklist else (b, [], None)
+                for b in queryset
+            ],
             "can_relax": request.user.has_perm("scheduler_app.relax_checklist"),
             "form": form,
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from django.core.validators import RegexValidator
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
@@ -13,16 +15,48 @@ from scheduler_app.cancellation import CancelOutcome
 from scheduler_app.models import Job, SendBatch, Suppression
 from scheduler_app.sends.batches import batch_progress
 
-#: Not blank: at least one character other than whitespace.
-NOT_BLANK = RegexValidator(r"\S", message="This field may not be blank.")
-#: Text PostgreSQL can store.
-NO_NUL = RegexValidator(r"^[^\x00]*$", message="Must not contain NUL characters.")
-#: One line, not blank (a header).
-ONE_LINE = RegexValidator(r"^[^\r\n]*\S[^\r\n]*$", message="Must be a single line, not blank.")
+
+class TextPattern(RegexValidator):
+    """A rule on text that the schema states as its ``pattern`` (drf-spectacular copies it).
+
+    Every pattern here also excludes NUL, which DRF's CharField refuses with its
+    own message ("Null characters are not allowed."); so that a NUL is reported
+    once, this validator leaves text containing one to that check.
+    """
+
+    def __call__(self, value: Any) -> None:
+        if "\x00" not in str(value):
+            super().__call__(value)
+
+
+#: What ECMAScript's ``\s`` matches, which JSON Schema patterns use; Python's ``\s`` differs.
+_SPACE = r"\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+#: Any text without NUL (PostgreSQL text cannot hold it).
+NO_NUL = TextPattern(r"\A[^\x00]*\Z")
+#: Not blank: at least one character other than whitespace; no NUL.
+NOT_BLANK = TextPattern(
+    r"\A[^\x00]*[^\x00%s][^\x00]*\Z" % _SPACE, message="This field may not be blank."
+)
+#: One line, not blank (a header); no NUL.
+ONE_LINE = TextPattern(
+    r"\A[^\x00\r\n]*[^\x00\r\n%s][^\x00\r\n]*\Z" % _SPACE,
+    message="Must be a single line, not blank.",
+)
 
 
 class StrictCharField(serializers.CharField):
-    """A string field that refuses numbers (DRF's CharField turns them into strings)."""
+    """A string field that refuses numbers (DRF's CharField turns them into strings).
+
+    Text is kept as sent (no trimming: Python strips more characters as
+    whitespace than JSON Schema's patterns know), and the schema states the
+    refusal of NUL as a pattern unless the field has a pattern of its own.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+        if not any(isinstance(v, RegexValidator) for v in self.validators):
+            self.validators.append(NO_NUL)
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
@@ -46,6 +80,23 @@ class StrictIntegerField(serializers.IntegerField):
         if isinstance(data, bool) or not isinstance(data, int):
             self.fail("invalid")
         return super().to_internal_value(data)
+
+
+class FilterDateTimeField(serializers.DateTimeField):
+    """A time to filter by; any date-time the schema allows is one.
+
+    A time UTC cannot hold (year 1 at +05:00, year 9999 at -05:00) lies before or
+    after every stored time, so it filters as the earliest or latest UTC time.
+    """
+
+    def enforce_timezone(self, value: dt.datetime) -> dt.datetime:
+        if timezone.is_aware(value):
+            try:
+                value.astimezone(dt.UTC)
+            except OverflowError:
+                edge = dt.datetime.min if value.year == dt.MINYEAR else dt.datetime.max
+                return edge.replace(tzinfo=dt.UTC)
+        return super().enforce_timezone(value)
 
 
 #: The undo window of a message scheduled through the API, in seconds.
@@ -92,18 +143,22 @@ class JobFilterSerializer(serializers.Serializer):
         help_text="Only jobs in this status; repeat it for several.",
     )
     task = serializers.CharField(
-        max_length=200, required=False, help_text="Only jobs of this task (exact name)."
+        max_length=200,
+        required=False,
+        validators=[NO_NUL],
+        help_text="Only jobs of this task (exact name).",
     )
-    created_after = serializers.DateTimeField(
+    created_after = FilterDateTimeField(
         required=False, help_text="Only jobs created at or after this time."
     )
-    created_before = serializers.DateTimeField(
-        required=False, help_text="Only jobs created before this time."
+    created_before = FilterDateTimeField(
+        required=False,
+        help_text="Only jobs created before this time; a range holding no time lists nothing.",
     )
-    scheduled_after = serializers.DateTimeField(
+    scheduled_after = FilterDateTimeField(
         required=False, help_text="Only jobs scheduled for this time or later."
     )
-    scheduled_before = serializers.DateTimeField(
+    scheduled_before = FilterDateTimeField(
         required=False, help_text="Only jobs scheduled for before this time."
     )
 
@@ -122,15 +177,6 @@ class JobFilterSerializer(serializers.Serializer):
         if blank:
             raise serializers.ValidationError(blank)
         return value
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        for field in ("created", "scheduled"):
-            after, before = attrs.get(field + "_after"), attrs.get(field + "_before")
-            if after is not None and before is not None and before <= after:
-                raise serializers.ValidationError(
-                    {field + "_before": ["Must be later than %s_after." % field]}
-                )
-        return attrs
 
     def filter(self, queryset: Any) -> Any:
         """Return ``queryset`` narrowed by the validated filters."""

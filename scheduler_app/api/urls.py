@@ -2,8 +2,8 @@
 
     path("api/", include("scheduler_app.api.urls")),
 
-Routes (below the prefix): ``jobs/``, ``jobs/<id>/``, ``jobs/<id>/cancel/``,
-``jobs/<id>/undo/``; ``batches/``, ``batches/<id>/`` and its ``pause/``,
+Routes (below the prefix): the root (links to the others); ``jobs/``, ``jobs/<id>/``,
+``jobs/<id>/cancel/``, ``jobs/<id>/undo/``; ``batches/``, ``batches/<id>/`` and its ``pause/``,
 ``resume/``, ``cancel/`` and ``undo/``; ``messages/``; ``suppressions/``; the OpenAPI schema at
 ``schema/`` and its docs page at ``docs/``. URL names live in the ``scheduler_app_api`` namespace.
 """
@@ -17,6 +17,7 @@ from rest_framework.routers import SimpleRouter
 
 from scheduler_app.api.suppressions import SuppressionViewSet
 from scheduler_app.api.views import (
+    ApiRootView,
     BatchViewSet,
     DocsView,
     JobViewSet,
@@ -37,6 +38,7 @@ router.register("suppressions", SuppressionViewSet, basename="suppression")
 _PREFIXES = "|".join(re.escape(prefix) for prefix, *_ in router.registry)
 
 urlpatterns = [
+    path("", ApiRootView.as_view(), name="root"),
     *router.urls,
     # Deeper paths below a router prefix (e.g. an id containing "/") get the
     # API's 404, not the project's HTML page. Only with the trailing slash, so

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 from django.apps import apps
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.html import escape
 from django.views import View
@@ -29,6 +31,7 @@ from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from scheduler_app import cancellation, clock
 from scheduler_app.api.errors import Conflict, error_body, exception_handler
@@ -135,6 +138,10 @@ class SchedulerViewSet(viewsets.GenericViewSet):
         return self.request.build_absolute_uri(reverse(namespace + name, args=args))
 
 
+#: What DRF's cursors are made of (base64); the schema states it, the server checks the rest.
+CURSOR_PATTERN = "^[A-Za-z0-9+/]*={0,2}$"
+
+
 class JobCursorPagination(CursorPagination):
     """Newest first; a stable cursor however many jobs are added meanwhile."""
 
@@ -163,9 +170,21 @@ class JobCursorPagination(CursorPagination):
         for parameter in parameters:
             if parameter["name"] == self.page_size_query_param:
                 parameter["schema"].update(minimum=1, maximum=self.max_page_size)
+            elif parameter["name"] == self.cursor_query_param:
+                parameter["description"] = (
+                    "Opaque: pass on the `cursor` of a `next` or `previous` link as it is. "
+                    "Its content may change between releases; a value the server did not "
+                    "issue is a 400."
+                )
+                parameter["schema"]["pattern"] = CURSOR_PATTERN
         return parameters
 
     def decode_cursor(self, request: Request) -> Any:
+        raw = request.query_params.get(self.cursor_query_param)
+        if raw is not None and not re.fullmatch(CURSOR_PATTERN, raw):
+            raise exceptions.ValidationError(
+                {self.cursor_query_param: [self.invalid_cursor_message]}
+            )
         try:
             cursor = super().decode_cursor(request)
         except exceptions.NotFound:
@@ -682,6 +701,39 @@ def not_found(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
     return JsonResponse(error_body("not_found", "Not found."), status=404)
 
 
+class ApiRootView(APIView):
+    """The API's front door: a link to each endpoint, the schema and its docs page.
+
+    Public, like the schema: it lists routes, not anyone's data.
+    """
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    renderer_classes = [JSONRenderer]
+    schema = None  # not part of the OpenAPI document: it describes nothing a client calls
+    #: Each key and its URL name (below the API's namespace).
+    links = {
+        "jobs": "job-list",
+        "batches": "batch-list",
+        "messages": "message-list",
+        "schema": "schema",
+        "docs": "docs",
+    }
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def get(self, request: Request) -> Response:
+        match = request.resolver_match
+        namespace = match.namespace + ":" if match and match.namespace else ""
+        return Response(
+            {
+                key: request.build_absolute_uri(reverse(namespace + name))
+                for key, name in self.links.items()
+            }
+        )
+
+
 class SchemaView(SpectacularAPIView):
     """The OpenAPI 3 schema of the routes it is given, at the prefix it is mounted under.
 
@@ -720,11 +772,11 @@ DOCS_PAGE = """<!DOCTYPE html>
 <head>
 <meta charset="utf-8">
 <title>scheduler_app API</title>
-<link rel="stylesheet" href="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css">
+<link rel="stylesheet" href="%(css)s">
 </head>
 <body>
 <div id="swagger-ui"><noscript>The schema is at <a href="%(url)s">%(url)s</a>.</noscript></div>
-<script src="https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
+<script src="%(js)s"></script>
 <script>
 const csrfToken = (document.cookie.match(/(?:^|; )csrftoken=([^;]*)/) || [])[1];
 SwaggerUIBundle({
@@ -744,12 +796,27 @@ SwaggerUIBundle({
 
 
 class DocsView(View):
-    """A Swagger UI page for the schema served next to it (its assets come from a CDN)."""
+    """A Swagger UI page for the schema served next to it.
+
+    Its assets are static files of ``drf_spectacular_sidecar`` (add it to
+    INSTALLED_APPS; check scheduler_app.W090 says so), so the page loads
+    nothing from the internet.
+    """
 
     http_method_names = ["get", "head"]
     #: The schema's path relative to this page (see urls.py).
     schema_url = "../schema/?format=json"
+    #: Swagger UI's files among the static files of drf_spectacular_sidecar.
+    assets = "drf_spectacular_sidecar/swagger-ui-dist/"
 
     def get(self, request: HttpRequest) -> HttpResponse:
         json_url = json.dumps(self.schema_url).replace("<", "\\u003c")
-        return HttpResponse(DOCS_PAGE % {"url": escape(self.schema_url), "json_url": json_url})
+        return HttpResponse(
+            DOCS_PAGE
+            % {
+                "url": escape(self.schema_url),
+                "json_url": json_url,
+                "css": escape(static(self.assets + "swagger-ui.css")),
+                "js": escape(static(self.assets + "swagger-ui-bundle.js")),
+            }
+        )

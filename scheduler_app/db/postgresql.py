@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Iterator, Sequence
 
 import psycopg
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import QuerySet
 
 from scheduler_app import clock
@@ -66,9 +66,9 @@ WITH v AS (
     SELECT * FROM unnest(
         %s::bigint[], %s::bigint[], %s::text[], %s::text[], %s::timestamptz[], %s::int[],
         %s::text[], %s::timestamptz[], %s::text[], %s::timestamptz[],
-        %s::int[], %s::text[], %s::timestamptz[], %s::timestamptz[]
+        %s::int[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::bool[]
     ) AS v(id, token, status, outcome, run_at, refund, error, finished_at, result, deadline,
-           attempt, task_name, due_at, started_at)
+           attempt, task_name, due_at, started_at, history)
 ), done AS (
     UPDATE {JOB} AS j
     SET status = v.status,
@@ -78,19 +78,29 @@ WITH v AS (
         last_error = v.error,
         result = v.result::jsonb,
         retry_later_deadline = COALESCE(v.deadline, j.retry_later_deadline),
-        worker_id = '', lease_expires_at = NULL
+        worker_id = CASE WHEN v.history THEN '' ELSE j.worker_id END,
+        lease_expires_at = NULL
     FROM v
-    WHERE j.id = v.id AND j.lease_token = v.token AND j.status = 'running'
+    WHERE j.id = ANY(%s::bigint[]) AND j.id = v.id AND j.lease_token = v.token
+      AND (j.status = 'running') IS TRUE
     RETURNING j.id
+), recorded AS (
+    INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at,
+                           finished_at, outcome, error)
+    SELECT v.id, v.attempt, v.task_name, %s, v.due_at, v.started_at, v.finished_at, v.outcome,
+           v.error
+    FROM v JOIN done ON done.id = v.id
+    WHERE v.history
 )
-INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at, finished_at,
-                       outcome, error)
-SELECT v.id, v.attempt, v.task_name, %s, v.due_at, v.started_at, v.finished_at, v.outcome, v.error
-FROM v JOIN done ON done.id = v.id
-RETURNING job_id
+SELECT id FROM done
 """
 """Record many finished attempts in one statement. The lease_token guard
-fences out a worker whose lease expired: its rows match nothing."""
+fences out a worker whose lease expired: its rows match nothing. Rows are found
+by primary key (``j.id = ANY(ids)``); the status guard is written ``IS TRUE`` so
+that it implies no partial index's predicate, or the planner may scan one of them
+(every pending job) instead. An attempt-history row is written only where
+``history`` says the job row cannot tell the attempt (see Finish.needs_history_row);
+where it can, the row keeps the worker that ran it."""
 
 NOTIFY = "SELECT pg_notify(%s, %s)"
 """Wake idle workers; inside a transaction it is delivered at commit."""
@@ -127,29 +137,73 @@ def claim_jobs(
     ``lease`` from the database's clock.
     """
     with bound_cursor() as cursor:
-        cursor.execute(
-            CLAIM,
-            {
-                "worker": worker,
-                "queues": list(queues),
-                "limit": limit,
-                "started": now,
-                "frozen": clock.frozen_at(),
-                "lease": lease,
-                "paused_tasks": list(paused_tasks),
-            },
-        )
+        cursor.execute(CLAIM, _claim_params(worker, queues, limit, now, lease, paused_tasks))
         return cursor.fetchall()
+
+
+def _claim_params(
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str],
+) -> dict:
+    return {
+        "worker": worker,
+        "queues": list(queues),
+        "limit": limit,
+        "started": now,
+        "frozen": clock.frozen_at(),
+        "lease": lease,
+        "paused_tasks": list(paused_tasks),
+    }
 
 
 def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
     """Apply finish rows (see worker.execution.Finish.as_row); return the job ids accepted."""
     if not rows:
         return set()
-    columns = [list(column) for column in zip(*rows, strict=True)]
     with bound_cursor() as cursor:
-        cursor.execute(FINISH, [*columns, worker])
+        cursor.execute(FINISH, _finish_params(rows, worker))
         return {row[0] for row in cursor.fetchall()}
+
+
+def _finish_params(rows: Sequence[Sequence], worker: str) -> list:
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    return [*columns, columns[0], worker]
+
+
+def finish_and_claim(
+    rows: Sequence[Sequence],
+    *,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str] = (),
+) -> tuple[set[int], list[tuple]]:
+    """finish_jobs(rows) and claim_jobs(...) in one round trip; return (accepted ids, claimed rows).
+
+    Both statements go out together in psycopg's pipeline mode and run in one
+    implicit transaction, committed once at the pipeline's sync: one network
+    round trip and one WAL flush instead of two each. If either fails, neither
+    is applied and the error is raised.
+    """
+    connection.ensure_connection()
+    raw = connection.connection
+    with (
+        connection.wrap_database_errors,
+        raw.pipeline(),
+        psycopg.Cursor(raw) as finishing,
+        psycopg.Cursor(raw) as claiming,
+    ):
+        finishing.execute(FINISH, _finish_params(rows, worker))
+        claiming.execute(CLAIM, _claim_params(worker, queues, limit, now, lease, paused_tasks))
+        accepted = {row[0] for row in finishing.fetchall()}
+        claimed = claiming.fetchall()
+    return accepted, claimed
 
 
 def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
@@ -173,8 +227,8 @@ ORDER BY task_name
 
 
 def lateness_percentiles(attempts: QuerySet) -> list[tuple]:
-    """Return (task, count, p50, p95, max) rows for an attempts queryset."""
-    sql, params = attempts.values("task_name", "due_at", "started_at").query.sql_with_params()
+    """Return (task, count, p50, p95, max) rows for a (task_name, due_at, started_at) queryset."""
+    sql, params = attempts.query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(LATENESS.format(attempts=sql), params)
         return cursor.fetchall()
@@ -189,6 +243,17 @@ def try_scheduler_lock() -> bool:
     """Take the scheduler's transaction-level advisory lock if it is free."""
     with connection.cursor() as cursor:
         cursor.execute(SCHEDULER_LOCK)
+        return bool(cursor.fetchone()[0])
+
+
+ALERT_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('scheduler_app.alerts'))"
+"""Let one process at a time evaluate the alert rules; released at commit."""
+
+
+def try_alert_lock() -> bool:
+    """Take the alert evaluator's transaction-level advisory lock if it is free."""
+    with connection.cursor() as cursor:
+        cursor.execute(ALERT_LOCK)
         return bool(cursor.fetchone()[0])
 
 
@@ -241,13 +306,12 @@ marked AS (
     FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
                 %s::timestamptz[], %s::int[])
          AS v(id, status, sent_at, message_id, error, next_attempt_at, refund)
-    WHERE r.id = ANY(%s::bigint[]) AND r.id = v.id AND r.status = 'pending'
-      AND r.claimed_by = (SELECT %s::text)
+    WHERE r.id = v.id AND r.status = 'pending' AND r.claimed_by = (SELECT %s::text)
     RETURNING v.status
 ), counted AS (
     UPDATE {BATCH} AS b
     SET sent = b.sent + c.sent, failed = b.failed + c.failed, skipped = b.skipped + c.skipped,
-        lane_errors = 0
+        lane_errors = 0, progressed_at = {NOW.format(frozen="%s")}
     FROM (SELECT count(*) FILTER (WHERE status = 'sent') AS sent,
                  count(*) FILTER (WHERE status = 'failed') AS failed,
                  count(*) FILTER (WHERE status = 'skipped') AS skipped
@@ -255,13 +319,16 @@ marked AS (
     WHERE b.id = %s AND c.sent + c.failed + c.skipped > 0
 )"""
 """Record outcomes and the batch's counters, fenced by the claim: an expired claim
-changes nothing. A marked recipient also resets the batch's lane errors. Parameters:
-the seven outcome columns, the ids again, the claim, the batch.
+changes nothing. A marked recipient also resets the batch's lane errors and sets its
+progressed_at (the stalled-send alert). Parameters: the seven outcome columns, the claim,
+the frozen clock, the batch.
 
-``r.id = ANY(ids)`` lets the primary key find the rows. The claim is compared through
-an InitPlan: compared to a literal, its selectivity comes from statistics in which every
-row is unclaimed, the planner expects one row, scans the whole table and rescans the
-arrays for each row it finds (a nested loop quadratic in the number of rows)."""
+The rows are found from the outcomes (a nested loop over the primary key). The statement
+is prepared (parsed once per connection) but planned for each call: a generic plan of it
+measured two to three times the CPU of the custom ones. The claim is compared through an
+InitPlan: compared to a literal, its selectivity comes from
+statistics in which every row is unclaimed, the planner expects one row, scans the whole
+table and rescans the arrays for each row it finds."""
 
 MARK_RECIPIENTS = f"WITH {_MARKED}\nSELECT status FROM marked"
 """Record outcomes and counters (see _MARKED); return the statuses of the rows still ours."""
@@ -279,6 +346,43 @@ SELECT (SELECT array_agg(status) FROM marked), (SELECT attempts FROM begun)
 the claim still owns the next recipient, charge it the attempt about to be made and
 extend its claim over the provider call; one statement and one commit, so the markers
 commit before that call. No ``begun`` row: another lane took the recipient over."""
+
+BEGIN_RECIPIENTS = f"""
+UPDATE {RECIPIENT}
+SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
+WHERE id = ANY(%(ids)s) AND claimed_by = (SELECT %(claim)s::text) AND status = 'pending'
+RETURNING id, attempts
+"""
+"""Charge the attempt about to be made to each of a group of recipients the claim still
+owns and extend their claims over the calls: an idempotent provider's lane begins a
+group with one statement (see MARK_AND_BEGIN for one recipient)."""
+
+
+LANE_SESSION = """
+SELECT current_setting('synchronous_commit'), set_config('synchronous_commit', %s, false)
+"""
+"""Set a lane's session up; return the setting it replaces."""
+
+RESTORE_SESSION = "SELECT set_config('synchronous_commit', %s, false)"
+"""Give the connection back as it was before LANE_SESSION."""
+
+
+@contextlib.contextmanager
+def lane_session(*, synchronous_commit: bool) -> Iterator[None]:
+    """Run a lane's statements without waiting for the WAL flush if ``synchronous_commit``
+    is False; restore the connection's setting afterwards."""
+    with connection.cursor() as cursor:
+        cursor.execute(LANE_SESSION, ["on" if synchronous_commit else "off"])
+        previous = cursor.fetchone()[:1]
+    try:
+        yield
+    finally:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(RESTORE_SESSION, list(previous))
+        except DatabaseError:
+            # Settings that cannot be restored must not leak into the next job's work.
+            connection.close()
 
 
 def freeze_recipients(
@@ -337,17 +441,37 @@ def begin_recipient(
             MARK_AND_BEGIN,
             [
                 *columns,
-                columns[0],
                 claim,
+                clock.frozen_at(),
                 batch_id,
                 clock.frozen_at(),
                 claim_for,
                 recipient_id,
                 claim,
             ],
+            prepare=True,
         )
         statuses, attempt = cursor.fetchone()
     return attempt, list(statuses or [])
+
+
+def begin_recipients(
+    *, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta
+) -> dict[int, int]:
+    """Charge an attempt to those of ``recipient_ids`` that ``claim`` still owns, extending
+    their claims by ``claim_for``; return {recipient id: its attempt}."""
+    with bound_cursor() as cursor:
+        cursor.execute(
+            BEGIN_RECIPIENTS,
+            {
+                "ids": list(recipient_ids),
+                "claim": claim,
+                "claim_for": claim_for,
+                "frozen": clock.frozen_at(),
+            },
+            prepare=True,
+        )
+        return dict(cursor.fetchall())
 
 
 def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta) -> int:
@@ -377,5 +501,80 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
         return []
     columns = [list(column) for column in zip(*rows, strict=True)]
     with bound_cursor() as cursor:
-        cursor.execute(MARK_RECIPIENTS, [*columns, columns[0], claim, batch_id])
+        cursor.execute(
+            MARK_RECIPIENTS, [*columns, claim, clock.frozen_at(), batch_id], prepare=True
+        )
         return [row[0] for row in cursor.fetchall()]
+
+
+START = f"""
+UPDATE {JOB}
+SET lease_token = lease_token + 1, worker_id = %(worker)s, started_at = %(started)s,
+    lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s
+WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
+RETURNING id, task_name, payload::text, payload_version, attempts, max_attempts,
+          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, queue
+"""
+"""Take a claimed job over under its lease token, moving the token on (the Celery
+executor's published -> started): of two deliveries of one message only one matches.
+Returns CLAIM's columns and the queue."""
+
+
+def start_job(
+    *, job_id: int, token: int, worker: str, now: dt.datetime, lease: dt.timedelta
+) -> tuple | None:
+    """Start the claimed job ``job_id`` if ``token`` is still its lease token (see START)."""
+    with bound_cursor() as cursor:
+        cursor.execute(
+            START,
+            {
+                "id": job_id,
+                "token": token,
+                "worker": worker,
+                "started": now,
+                "frozen": clock.frozen_at(),
+                "lease": lease,
+            },
+        )
+        return cursor.fetchone()
+
+
+def _prune_jobs_sql() -> str:
+    from scheduler_app.models import ScheduleOccurrence, SyncCursor
+
+    return f"""
+WITH doomed AS (
+    SELECT id FROM {JOB}
+    WHERE status IN ('succeeded', 'failed', 'cancelled') AND finished_at < %(cutoff)s
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), attempts AS (
+    DELETE FROM {ATTEMPT} WHERE job_id IN (SELECT id FROM doomed) RETURNING 1
+), occurrences AS (
+    UPDATE {ScheduleOccurrence._meta.db_table} SET job_id = NULL
+    WHERE job_id IN (SELECT id FROM doomed) RETURNING 1
+), cursors AS (
+    UPDATE {SyncCursor._meta.db_table} SET job_id = NULL
+    WHERE job_id IN (SELECT id FROM doomed) RETURNING 1
+), jobs AS (
+    DELETE FROM {JOB} WHERE id IN (SELECT id FROM doomed) RETURNING 1
+)
+SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM attempts),
+       (SELECT count(*) FROM occurrences), (SELECT count(*) FROM cursors)
+"""
+
+
+PRUNE_JOBS = _prune_jobs_sql()
+"""Delete up to `limit` finished jobs older than `cutoff` with their attempts, and unlink
+their occurrences and sync cursors (what the ORM's on_delete would do), in one statement
+that the partial index scheduler_job_prunable serves. FOR UPDATE re-checks the terminal
+state on each locked row; SKIP LOCKED passes over a row a worker holds. A new foreign key
+to the job table must be handled here (tests/db/test_retention.py checks the list)."""
+
+
+def prune_finished_jobs(*, cutoff: dt.datetime, limit: int) -> int:
+    """Delete up to ``limit`` jobs finished before ``cutoff`` (see PRUNE_JOBS); return how many."""
+    with bound_cursor() as cursor:
+        cursor.execute(PRUNE_JOBS, {"cutoff": cutoff, "limit": limit})
+        jobs, _attempts, _occurrences, _cursors = cursor.fetchone()
+    return jobs

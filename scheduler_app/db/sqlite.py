@@ -7,8 +7,9 @@ production on PostgreSQL.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from django.db import connection, transaction
 
@@ -38,10 +39,11 @@ UPDATE {JOB}
 SET status = %s, run_at = COALESCE(%s, run_at), attempts = attempts - %s,
     finished_at = %s, last_error = %s, result = %s,
     retry_later_deadline = COALESCE(%s, retry_later_deadline),
-    worker_id = '', lease_expires_at = NULL
+    worker_id = CASE WHEN %s THEN '' ELSE worker_id END, lease_expires_at = NULL
 WHERE id = %s AND lease_token = %s AND status = 'running'
 """
-"""Record one finished attempt, fenced by the lease token."""
+"""Record one finished attempt, fenced by the lease token. Without an attempt-history
+row (see Finish.needs_history_row) the job row keeps the worker that ran it."""
 
 INSERT_ATTEMPT = f"""
 INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at, finished_at,
@@ -117,6 +119,7 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
             task_name,
             due_at,
             started_at,
+            history,
         ) in rows:
             cursor.execute(
                 FINISH,
@@ -128,12 +131,15 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
                     error,
                     result,
                     adapt(deadline),
+                    history,
                     job_id,
                     token,
                 ],
             )
-            if cursor.rowcount:
-                accepted.add(job_id)
+            if not cursor.rowcount:
+                continue
+            accepted.add(job_id)
+            if history:
                 cursor.execute(
                     INSERT_ATTEMPT,
                     [
@@ -149,6 +155,30 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
                     ],
                 )
     return accepted
+
+
+def finish_and_claim(
+    rows: Sequence[Sequence],
+    *,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    now: dt.datetime,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str] = (),
+) -> tuple[set[int], list[tuple]]:
+    """finish_jobs(rows), then claim_jobs(...), in one transaction; return (accepted, claimed)."""
+    with transaction.atomic():
+        accepted = finish_jobs(rows, worker=worker)
+        claimed = claim_jobs(
+            worker=worker,
+            queues=queues,
+            limit=limit,
+            now=now,
+            lease=lease,
+            paused_tasks=paused_tasks,
+        )
+    return accepted, claimed
 
 
 def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
@@ -227,6 +257,12 @@ WHERE id = %s AND claimed_by = %s AND status = 'pending'
 RETURNING attempts
 """
 
+BEGIN_RECIPIENTS = f"""
+UPDATE {RECIPIENT} SET attempts = attempts + 1, claimed_until = %s
+WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
+RETURNING id, attempts
+"""
+
 EXTEND_CLAIMS = f"""
 UPDATE {RECIPIENT} SET claimed_until = %s
 WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
@@ -234,7 +270,8 @@ WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
 
 COUNT_MARKED = """
 UPDATE scheduler_app_sendbatch
-SET sent = sent + %s, failed = failed + %s, skipped = skipped + %s, lane_errors = 0
+SET sent = sent + %s, failed = failed + %s, skipped = skipped + %s, lane_errors = 0,
+    progressed_at = %s
 WHERE id = %s
 """
 
@@ -298,6 +335,24 @@ def begin_recipient(
     return (None if row is None else row[0]), kept
 
 
+def begin_recipients(
+    *, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta
+) -> dict[int, int]:
+    """Charge an attempt to those of ``recipient_ids`` that ``claim`` still owns, extending
+    their claims by ``claim_for``; return {recipient id: its attempt}."""
+    adapt = connection.ops.adapt_datetimefield_value
+    sql = BEGIN_RECIPIENTS.replace("{ids}", ", ".join(["%s"] * len(recipient_ids)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [adapt(read_now(claim_for)), *recipient_ids, claim])
+        return dict(cursor.fetchall())
+
+
+@contextlib.contextmanager
+def lane_session(*, synchronous_commit: bool) -> Iterator[None]:
+    """Run a lane's statements (SQLite: as they are; its commits follow its own pragmas)."""
+    yield
+
+
 def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta) -> int:
     """Extend ``claim`` by ``claim_for`` on those of ``recipient_ids`` it still holds."""
     if not recipient_ids:
@@ -332,5 +387,26 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
                 kept.append(status)
         counts = [kept.count(status) for status in ("sent", "failed", "skipped")]
         if any(counts):
-            cursor.execute(COUNT_MARKED, [*counts, batch_id])
+            cursor.execute(COUNT_MARKED, [*counts, adapt(read_now()), batch_id])
     return kept
+
+
+START = f"""
+UPDATE {JOB}
+SET lease_token = lease_token + 1, worker_id = %s, started_at = %s, lease_expires_at = %s
+WHERE id = %s AND lease_token = %s AND status = 'running'
+RETURNING id, task_name, payload, payload_version, attempts, max_attempts,
+          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, queue
+"""
+"""Take a claimed job over under its lease token (see postgresql.START)."""
+
+
+def start_job(
+    *, job_id: int, token: int, worker: str, now: dt.datetime, lease: dt.timedelta
+) -> tuple | None:
+    """Start the claimed job ``job_id`` if ``token`` is still its lease token (see START)."""
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(START, [worker, adapt(now), adapt(now + lease), job_id, token])
+        row = cursor.fetchone()
+    return None if row is None else (*_convert(row[:-1]), row[-1])

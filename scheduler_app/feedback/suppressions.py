@@ -250,28 +250,42 @@ def batch_feedback(batch_id: int) -> dict[str, int]:
     return counts
 
 
-def check_rates(batch_id: int) -> str:
-    """Pause the batch if its complaint or hard-bounce rate passed its limit; return why ('')."""
-    from scheduler_app.sends import states
-
-    batch = SendBatch.objects.filter(pk=batch_id).values("sent", "status").first()
-    if batch is None or batch["sent"] < app_settings.FEEDBACK_MIN_SENT:
-        return ""
+def rate_breach(batch_id: int) -> tuple[str, dict[str, float | int]] | None:
+    """Return (why, numbers) if the batch's complaint or hard-bounce rate passed its limit
+    (once it has sent FEEDBACK_MIN_SENT), else None."""
+    sent = SendBatch.objects.filter(pk=batch_id).values_list("sent", flat=True).first()
+    if sent is None or sent < app_settings.FEEDBACK_MIN_SENT:
+        return None
     counts = batch_feedback(batch_id)
     for kind, limit in (
         (Kind.COMPLAINT, app_settings.COMPLAINT_RATE_LIMIT),
         (Kind.HARD_BOUNCE, app_settings.BOUNCE_RATE_LIMIT),
     ):
-        rate = counts[kind] / batch["sent"]
+        rate = counts[kind] / sent
         if limit is not None and rate > limit:
-            reason = "%s rate %.2f%% (%s of %s sent) passed its limit of %.2f%%" % (
+            why = "%s rate %.2f%% (%s of %s sent) passed its limit of %.2f%%" % (
                 Kind(kind).label,
                 rate * 100,
                 counts[kind],
-                batch["sent"],
+                sent,
                 limit * 100,
             )
-            if batch["status"] in states.ACTIVE:
-                states.pause(batch_id, reason=reason)
-            return reason
-    return ""
+            return why, {
+                "kind": str(kind),
+                "count": counts[kind],
+                "sent": sent,
+                "rate": rate,
+                "limit": limit,
+            }
+    return None
+
+
+def check_rates(batch_id: int) -> str:
+    """Pause the batch if its complaint or hard-bounce rate passed its limit; return why ('')."""
+    from scheduler_app.sends import states
+
+    breach = rate_breach(batch_id)
+    if breach is None:
+        return ""
+    states.pause(batch_id, reason=breach[0])  # only a scheduled or sending batch
+    return breach[0]

@@ -1,16 +1,23 @@
+from scheduler_app.models.alerts import Alert
 from scheduler_app.models.controls import Control, ControlEvent
-from scheduler_app.models.jobs import Job, JobAttempt, LatenessOverview
+from scheduler_app.models.cursors import SyncCursor
+from scheduler_app.models.jobs import Job, JobAttempt, LatenessOverview, OperationsOverview
+from scheduler_app.models.retention import PruneRun
 from scheduler_app.models.schedules import Schedule, ScheduleOccurrence
 from scheduler_app.models.sends import RateLimit, Recipient, SendBatch
 from scheduler_app.models.suppressions import FeedbackEvent, Suppression, SuppressionRemoval
+from scheduler_app.models.workers import WorkerHeartbeat
 
 __all__ = [
+    "Alert",
     "Control",
     "ControlEvent",
     "FeedbackEvent",
     "Job",
     "JobAttempt",
     "LatenessOverview",
+    "OperationsOverview",
+    "PruneRun",
     "RateLimit",
     "Recipient",
     "Schedule",
@@ -18,4 +25,6 @@ __all__ = [
     "SendBatch",
     "Suppression",
     "SuppressionRemoval",
+    "SyncCursor",
+    "WorkerHeartbeat",
 ]

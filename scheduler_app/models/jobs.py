@@ -22,6 +22,22 @@ class JobQuerySet(models.QuerySet["Job"]):
         """Return pending jobs whose run_at has come."""
         return self.pending().filter(run_at__lte=now or clock.now())
 
+    def by_due_time(
+        self, queues: list[str], paused_tasks: set[str] | frozenset[str] = frozenset()
+    ) -> JobQuerySet:
+        """Return pending jobs of ``queues`` no worker holds, except ``paused_tasks``',
+        earliest run_at first.
+
+        The index scheduler_job_next_due serves it: an idle worker reads the first
+        row, never sorts every pending one.
+        """
+        return (
+            self.pending()
+            .filter(queue__in=queues, lease_expires_at__isnull=True)
+            .exclude(task_name__in=paused_tasks)
+            .order_by("run_at")
+        )
+
     def running(self) -> JobQuerySet:
         """Return jobs claimed by a worker."""
         return self.filter(status=Job.Status.RUNNING)
@@ -33,6 +49,35 @@ class JobQuerySet(models.QuerySet["Job"]):
     def unfinished(self) -> JobQuerySet:
         """Return jobs that are pending or running."""
         return self.filter(status__in=Job.UNFINISHED)
+
+    def finished(self) -> JobQuerySet:
+        """Return jobs that ran to an end: succeeded or failed (not cancelled)."""
+        return self.filter(status__in=[Job.Status.SUCCEEDED, Job.Status.FAILED])
+
+    def first_attempt_successes(self) -> JobQuerySet:
+        """Return jobs that succeeded on their first attempt (the first-attempt success rate
+        is ``first_attempt_successes().count() / finished().count()``)."""
+        return self.filter(status=Job.Status.SUCCEEDED, attempts=1)
+
+    def told_by_row(self, since: dt.datetime, until: dt.datetime) -> JobQuerySet:
+        """Return the first-attempt successes that started in ``[since, until)`` and that
+        only their job row tells (no JobAttempt row: see Job.attempt_history())."""
+        return (
+            self.first_attempt_successes()
+            .filter(
+                started_at__gte=since,
+                started_at__lt=until,
+                finished_at__gte=since,  # implied; lets the finished-jobs index serve the range
+            )
+            .exclude(
+                # Jobs finished before upgrading have their success as a row too: count it once.
+                models.Exists(
+                    JobAttempt.objects.filter(
+                        job=models.OuterRef("pk"), outcome=JobAttempt.Outcome.SUCCEEDED
+                    )
+                )
+            )
+        )
 
 
 class Job(models.Model):
@@ -123,6 +168,15 @@ class Job(models.Model):
                 condition=Q(status="pending"),
                 name="scheduler_job_claimable",
             ),
+            # The idle worker's "when is the next job due" look-up (by_due_time): the
+            # earliest run_at without sorting every pending row. Its condition names
+            # lease_expires_at, which the claim does not test, so that the planner can
+            # never range-scan it for a claim and sort every due job.
+            models.Index(
+                fields=["run_at"],
+                condition=Q(status="pending", lease_expires_at__isnull=True),
+                name="scheduler_job_next_due",
+            ),
             models.Index(
                 fields=["lease_expires_at"],
                 condition=Q(status="running"),
@@ -130,6 +184,22 @@ class Job(models.Model):
             ),
             models.Index(fields=["owner", "-id"], name="scheduler_job_owner"),
             models.Index(fields=["task_name", "status"], name="scheduler_job_task_status"),
+            # The pruner's query: finished jobs oldest first, read straight from the index.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status__in=["succeeded", "failed", "cancelled"]),
+                name="scheduler_job_prunable",
+            ),
+            # The alert rules: a task's latest successes (absent, suspicious success) and
+            # the final outcomes of the last hour (failing).
+            models.Index(
+                fields=["task_name", "status", "finished_at"], name="scheduler_job_task_finished"
+            ),
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status__in=["succeeded", "failed"]),
+                name="scheduler_job_finished",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -145,6 +215,20 @@ class Job(models.Model):
         """Return how late the latest attempt started relative to when it was due."""
         return self.started_at - self.run_at if self.started_at else None
 
+    def attempt_history(self) -> list[JobAttempt]:
+        """Return every attempt of this job, oldest first.
+
+        Failures, retries, deferrals, rescues and hand-backs are JobAttempt
+        rows; a first attempt that succeeded is told by the job row alone (it
+        writes no JobAttempt row), so it is added here as an unsaved JobAttempt.
+        """
+        recorded = list(self.recorded_attempts.order_by("id"))
+        if self.status == Job.Status.SUCCEEDED and not any(
+            a.outcome == JobAttempt.Outcome.SUCCEEDED for a in recorded
+        ):
+            recorded.append(JobAttempt.from_job_row(self))
+        return recorded
+
 
 class JobAttempt(models.Model):
     """One attempt of a job: when it was due, when it ran, how it ended."""
@@ -157,7 +241,7 @@ class JobAttempt(models.Model):
         LEASE_EXPIRED = "lease_expired", _("lease expired")
         INTERRUPTED = "interrupted", _("handed back at shutdown")
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_history")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="recorded_attempts")
     attempt = models.PositiveIntegerField()
     task_name = models.CharField(max_length=200)
     worker_id = models.CharField(max_length=200, blank=True, default="")
@@ -169,10 +253,29 @@ class JobAttempt(models.Model):
 
     class Meta:
         ordering = ["job", "id"]
-        indexes = [models.Index(fields=["task_name", "started_at"], name="scheduler_attempt_task")]
+        indexes = [
+            models.Index(fields=["task_name", "started_at"], name="scheduler_attempt_task"),
+            # Recent attempts of every task (metrics, lateness charts): a range of this index.
+            models.Index(fields=["started_at"], name="scheduler_attempt_started"),
+        ]
 
     def __str__(self) -> str:
         return "%s attempt %s: %s" % (self.job_id, self.attempt, self.outcome)
+
+    @classmethod
+    def from_job_row(cls, job: Job) -> JobAttempt:
+        """Return (unsaved) the attempt a succeeded job's row describes: its last one."""
+        assert job.started_at is not None and job.finished_at is not None
+        return cls(
+            job=job,
+            attempt=job.attempts,
+            task_name=job.task_name,
+            worker_id=job.worker_id,
+            due_at=job.run_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            outcome=cls.Outcome.SUCCEEDED,
+        )
 
     @property
     def lateness(self) -> dt.timedelta:
@@ -187,3 +290,12 @@ class LatenessOverview(Job):
         proxy = True
         verbose_name = "lateness overview"
         verbose_name_plural = "lateness overview"
+
+
+class OperationsOverview(Job):
+    """A proxy so the operations overview page is listed (and permissioned) in the admin index."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "operations overview"
+        verbose_name_plural = "operations overview"

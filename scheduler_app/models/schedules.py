@@ -94,6 +94,38 @@ class Schedule(models.Model):
         help_text=_("Spread runs by a random offset up to this, fixed per occurrence."),
     )
 
+    # Targets (see scheduler_app.targets); empty: the task's, else the defaults.
+    # Code owns them for a schedule declared in code: a sync overwrites them.
+    lateness_target = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_("Alert when the p95 lateness of first attempts over 24 h exceeds this."),
+    )
+    max_runtime = models.DurationField(
+        null=True, blank=True, help_text=_("Alert when a run has been running longer than this.")
+    )
+    expected_every = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "Alert when no run succeeded for this long. Empty: 1.1 x the longest gap "
+            "between occurrences, plus the misfire grace and jitter."
+        ),
+    )
+    # db_default: workers of the previous release insert rows without this column.
+    count_key = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("The result key that counts the items a run processed, e.g. processed."),
+    )
+    zero_runs_alert = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("Alert after this many consecutive successful runs that processed 0 items."),
+    )
+
     # The scheduler's cursor: the next occurrence not yet handled (None: work it out).
     next_run_at = models.DateTimeField(null=True, blank=True)
     declared_in_code = models.BooleanField(default=False, editable=False)
@@ -179,6 +211,8 @@ class ScheduleOccurrence(models.Model):
                 fields=["schedule", "occurrence_at"], name="scheduler_occurrence_once"
             )
         ]
+        # The pruner's query: occurrences older than a cutoff, across schedules.
+        indexes = [models.Index(fields=["occurrence_at"], name="scheduler_occurrence_at")]
 
     def __str__(self) -> str:
         return "%s @ %s: %s" % (self.schedule_id, self.occurrence_at.isoformat(), self.outcome)

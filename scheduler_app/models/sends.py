@@ -84,6 +84,10 @@ class SendBatch(models.Model):
     context_types = models.JSONField(null=True, blank=True, editable=False)
     started_at = models.DateTimeField(null=True, blank=True, editable=False)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The last time a lane marked a recipient (database clock): the stalled-send alert.
+    progressed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # An operator resumed it after the stale-send guard paused it: it may send late.
+    stale_send_allowed = models.BooleanField(default=False, db_default=False, editable=False)
 
     dry_run_at = models.DateTimeField(null=True, blank=True, editable=False)
     dry_run_fingerprint = models.CharField(max_length=64, blank=True, default="", editable=False)
@@ -98,6 +102,7 @@ class SendBatch(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name_plural = "send batches"
         permissions = [
             ("resume_sendbatch", "Can resume a paused send"),
             ("relax_checklist", "Can schedule a send with failing checklist items"),

@@ -118,7 +118,8 @@ class FeedbackEvent(models.Model):
     class Meta:
         ordering = ["-recorded_at", "-id"]
         indexes = [
-            models.Index(fields=["address", "kind", "occurred_at"], name="scheduler_feedback_addr")
+            models.Index(fields=["address", "kind", "occurred_at"], name="scheduler_feedback_addr"),
+            models.Index(fields=["recorded_at"], name="scheduler_feedback_recorded"),
         ]
 
     def __str__(self) -> str:

@@ -8,10 +8,16 @@ Each entry maps a schedule name to its definition::
         "poll-feeds": {"task": "feeds.poll", "fixed_delay": 300, "jitter": 30},
     }
 
+The built-in ``scheduler-prune`` schedule (scheduler_app.retention, cron
+from PRUNE_SCHEDULE) is declared with them unless PRUNE_SCHEDULE is None.
+
 Keys: task (required); exactly one of cron, fixed_rate, fixed_delay
 (seconds); timezone, payload, queue, overlap ("skip"/"allow"), misfire
 ("run_once"/"run_all"/"skip"), misfire_grace and jitter (seconds),
-start_at (ISO 8601, fixed rate), enabled (initial value only).
+start_at (ISO 8601, fixed rate), enabled (initial value only), and the
+targets (scheduler_app.targets): lateness_target, max_runtime and
+expected_every (seconds), count_key, zero_runs_alert. Code owns a declared
+schedule's targets: a sync overwrites what the admin changed.
 
 Syncing (at every runworker start, ``manage.py sync_schedules`` or
 ``sync_declared_schedules()``) creates and updates what this process
@@ -26,6 +32,7 @@ action), which disables it and keeps its history.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Iterable
@@ -39,7 +46,9 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
+from scheduler_app.retention import builtin_schedule
 from scheduler_app.scheduling import check_payload
+from scheduler_app.targets import TARGET_FIELDS, build_targets
 
 logger = logging.getLogger("scheduler_app.schedules")
 
@@ -57,6 +66,7 @@ KNOWN_KEYS = {
     "jitter",
     "start_at",
     "enabled",
+    *TARGET_FIELDS,
 }
 KINDS = {
     "cron": Schedule.Kind.CRON,
@@ -77,6 +87,7 @@ DEFINITION_FIELDS = (
     "misfire_policy",
     "misfire_grace",
     "jitter",
+    *TARGET_FIELDS,
 )
 #: Changing one of these moves the schedule's cursor to the new rule.
 TIMING_FIELDS = ("kind", "cron", "timezone", "interval", "start_at")
@@ -90,6 +101,8 @@ def declared_schedules() -> dict[str, Schedule]:
     declared = app_settings.SCHEDULES
     if not isinstance(declared, dict):
         raise ValidationError("SCHEDULER_APP['SCHEDULES'] must be a dict of name -> definition.")
+    # The built-in ones first: a project that declares the same name replaces it.
+    declared = {**builtin_schedule(), **declared}
     return {name: _build(name, definition) for name, definition in declared.items()}
 
 
@@ -202,6 +215,9 @@ def _build(name: str, definition: Any) -> Schedule:
         raise invalid("give exactly one of cron, fixed_rate and fixed_delay.")
     kind = kinds[0]
     try:
+        targets = build_targets(
+            **{key: definition[key] for key in TARGET_FIELDS if key in definition}
+        )
         schedule = Schedule(
             name=name,
             task_name=definition.get("task", ""),
@@ -217,6 +233,7 @@ def _build(name: str, definition: Any) -> Schedule:
             misfire_policy=definition.get("misfire", Schedule.Misfire.RUN_ONCE),
             misfire_grace=_seconds(definition.get("misfire_grace", 60), "misfire_grace"),
             jitter=_seconds(definition.get("jitter", 0), "jitter"),
+            **dataclasses.asdict(targets),
         )
         # Constraints are checked by the database at sync; this runs with no database.
         schedule.full_clean(

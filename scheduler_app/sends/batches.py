@@ -33,6 +33,8 @@ from scheduler_app.sends.audience import freeze, get_audience
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK, Outcome, deliver
 from scheduler_app.sends.providers import SenderRefused, SlowDown, get_provider
 from scheduler_app.sends.rendering import MessageTemplate, RenderError
+from scheduler_app.sends.stale import resolve_stale_alert
+from scheduler_app.sends.states import earliest_start
 
 logger = logging.getLogger("scheduler_app.sends")
 Status = SendBatch.Status
@@ -124,11 +126,8 @@ def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] =
     if failing:
         raise ChecklistFailed(failing)
     now = database_now()  # the clock the lanes' claim and the undo compare against
-    margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
     window_ends = now + batch.undo_window
-    start = max(
-        batch.scheduled_at or now, window_ends + (margin if batch.undo_window else dt.timedelta(0))
-    )
+    start = planned_start(batch, now)
     with transaction.atomic():
         if not SendBatch.objects.filter(pk=batch.pk, status=Status.DRAFT).update(
             status=Status.SCHEDULED,
@@ -165,7 +164,10 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
     with transaction.atomic():
         batch = SendBatch.objects.select_for_update().get(pk=batch_id)
         target = Status.SENDING if batch.started_at else Status.SCHEDULED
-        if not states.transition(batch_id, (Status.PAUSED,), target, by=by):
+        # Resuming a batch the stale-send guard paused means "send it anyway".
+        stale = batch.status_reason.startswith(states.STALE_PREFIX)
+        extra = {"stale_send_allowed": True} if stale else {}
+        if not states.transition(batch_id, (Status.PAUSED,), target, by=by, **extra):
             raise BatchStateError(
                 "Only a paused batch can be resumed; this batch is %s." % _status(batch)
             )
@@ -175,6 +177,8 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
             start = max(now, earliest_start(batch) or now)
         enqueue_lanes(batch, start)
         record("batch", str(batch_id), "resume", by=by)
+        if stale:
+            resolve_stale_alert(batch_id)
     return True
 
 
@@ -182,7 +186,7 @@ def cancel_batch(batch_id: int, *, by: Any = None, reason: str = "") -> bool:
     """Cancel a batch that has not finished; the markers stay as the record of what went out."""
     changed = states.transition(
         batch_id,
-        (Status.DRAFT, Status.SCHEDULED, Status.SENDING, Status.PAUSED),
+        states.CANCELLABLE,
         Status.CANCELLED,
         by=by,
         reason=reason,
@@ -393,12 +397,13 @@ def lane_key_prefix(batch_id: int) -> str:
     return "batch:%s:lane:" % batch_id
 
 
-def earliest_start(batch: SendBatch) -> dt.datetime | None:
-    """Return when a scheduled batch may start: its send time, after its undo window + margin."""
-    starts = [batch.scheduled_at] if batch.scheduled_at else []
-    if batch.undo_deadline is not None:
-        starts.append(batch.undo_deadline + dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN))
-    return max(starts) if starts else None
+def planned_start(batch: SendBatch, now: dt.datetime) -> dt.datetime:
+    """Return when a draft scheduled at ``now`` starts: its send time, or after its undo window
+    and safety margin if that is later."""
+    window_ends = now + batch.undo_window
+    if batch.undo_window:
+        window_ends += dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
+    return max(batch.scheduled_at or now, window_ends)
 
 
 def _status(batch: SendBatch) -> str:

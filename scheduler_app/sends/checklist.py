@@ -116,8 +116,11 @@ def run_checklist(batch: SendBatch) -> list[CheckItem]:
             name="schedule_unambiguous",
             ok=batch.scheduled_at is not None and zone_ok,
             detail=(
-                "Sends at %s UTC (intended time zone %s)."
-                % (batch.scheduled_at.isoformat(), batch.timezone)
+                "Send time %s (intended time zone %s)."
+                % (
+                    batch.scheduled_at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+                    batch.timezone,
+                )
                 if batch.scheduled_at and zone_ok
                 else "A send time and a valid time zone are both needed."
             ),

@@ -11,12 +11,15 @@ idempotency key ``<batch>:<recipient key>``, and marks it.
 
 Durability contract: a recipient's sent marker (and the batch counters)
 commit before the lane's next provider call, so a crash re-sends at most
-the one recipient in flight, with the same key and Message-ID; a provider
-that declares ``idempotent = True`` (one delivery per key) lets markers wait
-for the end of the chunk. A crash is charged to the recipient in flight:
-after RECIPIENT_MAX_ATTEMPTS of them it fails. A batch is never re-run as a
-whole, and the sweeper (sends.sweeper) gives lanes back to a batch left
-without any.
+the one recipient in flight, with the same key and Message-ID. A crash is
+charged to the recipient in flight: after RECIPIENT_MAX_ATTEMPTS of them it
+fails. A provider that declares ``idempotent = True`` (one delivery per
+key) lets markers wait for the end of the chunk, and its lane charges
+attempts to groups of recipients (1, 2, 4, ... up to BEGIN_GROUP_MAX per
+statement), so a crash re-sends the chunk's unmarked recipients (the
+provider drops the copies) and charges the group in flight. A batch is
+never re-run as a whole, and the sweeper (sends.sweeper) gives lanes back
+to a batch left without any.
 """
 
 from __future__ import annotations
@@ -53,8 +56,9 @@ from scheduler_app.feedback.unsubscribe import (
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.registry import JobContext, get_task, task
 from scheduler_app.retry import RetryPolicy
-from scheduler_app.sends import limiter, states
+from scheduler_app.sends import limiter, stale, states
 from scheduler_app.sends.audience import thaw_context
+from scheduler_app.sends.chunking import ChunkSizer
 from scheduler_app.sends.providers import (
     PermanentSendError,
     Provider,
@@ -85,6 +89,8 @@ LANE_ERRORS_BEFORE_PAUSE = 3
 LANE_TURN = dt.timedelta(minutes=5)
 #: Claim periods a provider call may run before its recipient's claim is given up.
 IN_FLIGHT_LIMIT = 5
+#: The largest group of recipients an idempotent provider's lane charges in one statement.
+BEGIN_GROUP_MAX = 100
 
 Status = Recipient.Status
 
@@ -191,6 +197,10 @@ def start_sending(batch_id: int) -> SendBatch | None:
         batch = SendBatch.objects.select_for_update().get(pk=batch_id)
         if batch.status == SendBatch.Status.SCHEDULED:
             now = database_now()  # recipients' due times are compared with it
+            late = stale.batch_late_by(batch, now)
+            if late is not None:
+                stale.pause_stale(batch, late, what="the send")
+                return None
             if batch.frozen_at is None:
                 try:
                     with transaction.atomic():
@@ -359,9 +369,13 @@ class Lane:
         self.keeper = ClaimKeeper(claim, self.claim_for)
         self.halted = _halt_check(batch.pk)
         self.breaker = Breaker(batch)
+        self.sizer = ChunkSizer(app_settings.SEND_CHUNK_SIZE)
         self.counts: collections.Counter[str] = collections.Counter()
         self.unlogged = 0
         self.unmarked: list[Outcome] = []
+        #: Idempotent provider: the group charged and not yet called, {id: attempt or None}.
+        self.begun: dict[int, int | None] = {}
+        self.group_size = 1
         self.turn_ends = time.monotonic() + _lane_turn().total_seconds()
         #: Set when the lane must end after this chunk (breaker, provider refused the sender).
         self.stop_reason = ""
@@ -371,7 +385,10 @@ class Lane:
     def run(self) -> dict[str, int]:
         """Send chunks until none is due, the batch stops sending, or the worker stops."""
         batch_id = self.batch.pk
-        with self.keeper:
+        session = backend().lane_session(
+            synchronous_commit=app_settings.SEND_MARKER_SYNCHRONOUS_COMMIT
+        )
+        with self.keeper, session:
             while True:
                 if self.should_stop():
                     raise RetryLater(delay=0, reason="worker stopping; another worker goes on")
@@ -383,38 +400,44 @@ class Lane:
                 if halt:
                     logger.info("lane stops batch=%s reason=%s", batch_id, halt)
                     return dict(self.counts)
-                size = limiter.chunk_size_for(
-                    self.batch.rate_limit_key, app_settings.SEND_CHUNK_SIZE
-                )
+                late = stale.late_recipient(self.batch)
+                if late is not None:
+                    stale.pause_stale(self.batch, late, what="a local-time delivery")
+                    return dict(self.counts)
+                size = limiter.chunk_size_for(self.batch.rate_limit_key, self.sizer.next_size())
+                started = time.monotonic()
                 rows = backend().claim_recipients(
                     batch_id=batch_id, claim=self.claim, limit=size, claim_for=self.claim_for
                 )
                 if not rows:
                     return _finish_lane(self.batch, self.counts)
-                self._send_chunk(rows)
+                done = self._send_chunk(rows)
+                self.sizer.observe(recipients=done, seconds=time.monotonic() - started)
                 if self.stop_reason:
                     states.pause(batch_id, reason=self.stop_reason)
                     return dict(self.counts)
                 if self.slow_down is not None:
                     raise RetryLater(delay=self.slow_down.delay, reason=str(self.slow_down))
 
-    def _send_chunk(self, rows: list[tuple]) -> None:
+    def _send_chunk(self, rows: list[tuple]) -> int:
         """Send a claimed chunk one recipient at a time; hand back what must not be sent now.
 
-        If the lane raises, the markers it holds are written first: a recipient the
-        provider accepted is never left unmarked by anything but a crash.
+        Return how many of the rows it got through. If the lane raises, the markers it
+        holds are written first: a recipient the provider accepted is never left unmarked
+        by anything but a crash.
         """
         try:
-            self._send_rows(rows)
+            return self._send_rows(rows)
         except Exception:
             self._mark_before_raising()
             raise
         finally:
             self.keeper.hold([])
 
-    def _send_rows(self, rows: list[tuple]) -> None:
+    def _send_rows(self, rows: list[tuple]) -> int:
         limited = limiter.is_limited(self.batch.rate_limit_key)
         suppressed = suppressions.skip_reasons([row[2] for row in rows], self.batch)
+        self.group_size = 1
         halt = ""
         done = 0
         for done, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
@@ -442,7 +465,14 @@ class Lane:
                     address, thaw_context(self.batch.context_types, context)
                 )
             except RenderError as exc:
-                self._add(Outcome(recipient_id, Status.FAILED, error=str(exc)))
+                self._add(
+                    Outcome(
+                        recipient_id,
+                        Status.FAILED,
+                        error=str(exc),
+                        refund=self._uncalled(recipient_id),
+                    )
+                )
                 continue
             message = with_unsubscribe(message, recipient_token(recipient_id))
             if limited:
@@ -452,6 +482,14 @@ class Lane:
                 ):
                     halt = self._why_halt() or "worker stopping"
                     break
+            if self.marks_per_chunk and recipient_id not in self.begun:
+                self._begin_group(
+                    [
+                        row[0]
+                        for row in rows[done:]
+                        if row[5] < app_settings.RECIPIENT_MAX_ATTEMPTS and row[2] not in suppressed
+                    ]
+                )
             outcome = self._send_one(message, key, recipient_id)
             if outcome is None:
                 continue  # another lane owns it now
@@ -471,12 +509,15 @@ class Lane:
                 Status.PENDING,
                 next_attempt_at=clock.now() + wait if wait else None,
                 error=str(self.slow_down) if wait else "",
+                refund=self._uncalled(row[0]),
             )
             for row in rows[done:]
         )
+        self.begun = {}
         self._mark()
         if halt:
             logger.info("chunk handed back batch=%s reason=%s", self.batch.pk, halt)
+        return done
 
     def _why_halt(self) -> str:
         """Return why the rest of a chunk must not be sent now, or ''."""
@@ -486,20 +527,41 @@ class Lane:
             return "the lane's turn is over"
         return self.halted()
 
-    def _send_one(self, message: Message, key: str, recipient_id: int) -> Outcome | None:
-        """Charge the attempt if the claim still owns the recipient, then call the provider."""
-        # Markers commit before the next provider call: with its attempt, in one statement.
-        marks = [] if self.marks_per_chunk else self.unmarked
+    def _begin_group(self, recipient_ids: list[int]) -> None:
+        """Charge the next group of an idempotent provider's recipients in one statement."""
+        group = recipient_ids[: self.group_size]
+        attempts = backend().begin_recipients(
+            recipient_ids=group, claim=self.claim, claim_for=self.claim_for
+        )
+        self.begun = {recipient_id: attempts.get(recipient_id) for recipient_id in group}
+        self.group_size = min(self.group_size * 2, BEGIN_GROUP_MAX)
+
+    def _uncalled(self, recipient_id: int) -> int:
+        """Return 1 (the attempt to refund) if the recipient was charged with a group and not
+        called, else 0."""
+        return 1 if self.begun.pop(recipient_id, None) is not None else 0
+
+    def _begin(self, recipient_id: int) -> int | None:
+        """Return the attempt charged to the recipient about to be called, None if another
+        lane owns it now. Markers commit before the next provider call: with its attempt,
+        in one statement (an idempotent provider's were charged with its group)."""
+        if self.marks_per_chunk:
+            return self.begun.pop(recipient_id, None)
         attempt, kept = backend().begin_recipient(
             recipient_id=recipient_id,
             claim=self.claim,
             claim_for=self.claim_for,
             batch_id=self.batch.pk,
-            marks=[o.as_row() for o in marks],
+            marks=[o.as_row() for o in self.unmarked],
         )
-        if marks:
+        if self.unmarked:
+            self._count(kept, len(self.unmarked))
             self.unmarked = []
-            self._count(kept, len(marks))
+        return attempt
+
+    def _send_one(self, message: Message, key: str, recipient_id: int) -> Outcome | None:
+        """Charge the attempt if the claim still owns the recipient, then call the provider."""
+        attempt = self._begin(recipient_id)
         if attempt is None:
             logger.warning(
                 "recipient taken over, not sent batch=%s recipient=%s claim=%s",
@@ -694,6 +756,9 @@ MESSAGE_RETRY = RetryPolicy(
 @task(name=SEND_MESSAGE_TASK, max_attempts=5, retry=MESSAGE_RETRY)
 def send_message(job: JobContext) -> dict[str, str]:
     """Send one message scheduled by sends.batches.send_message; key = the job's key."""
+    late = stale.message_late_by(job)
+    if late is not None:
+        raise stale.refuse_stale_message(job, late)
     data = job.payload
     scope = data.get("unsubscribe_scope")
     suppressed = suppressions.reasons_for([data["to"]], scope or "")

@@ -17,6 +17,7 @@ from django.db import transaction
 
 from scheduler_app import clock
 from scheduler_app.models import RateLimit
+from scheduler_app.signals import rate_limit_waited
 
 #: Longest single wait for tokens, so a paused batch is noticed promptly.
 MAX_WAIT = 1.0
@@ -63,7 +64,10 @@ def wait_for_token(
 ) -> bool:
     """Reserve one token and wait for its turn; False if ``should_stop()`` cut the wait short."""
     sleep = sleep or threading.Event().wait
-    deadline = time.monotonic() + reserve(key)
+    wait = reserve(key)
+    if wait > 0:
+        rate_limit_waited.send(sender=RateLimit, key=key, seconds=wait)
+    deadline = time.monotonic() + wait
     while (left := deadline - time.monotonic()) > 0:
         if should_stop():
             return False

@@ -6,10 +6,12 @@ lanes (sends.dispatch) both change a batch's status through here.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from typing import Any
 
 from scheduler_app import clock
+from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user, record
 from scheduler_app.models import SendBatch
 
@@ -18,6 +20,10 @@ Status = SendBatch.Status
 
 #: Scheduled or sending: the statuses in which a batch has lanes, can be paused or fail.
 ACTIVE = (Status.SCHEDULED, Status.SENDING)
+#: How the reason of a batch the stale-send guard paused begins.
+STALE_PREFIX = "stale:"
+#: Not finished: the statuses a batch can be cancelled from.
+CANCELLABLE = (Status.DRAFT, *ACTIVE, Status.PAUSED)
 
 
 def transition(
@@ -58,3 +64,11 @@ def fail(batch_id: int, reason: str) -> bool:
         record("batch", str(batch_id), "fail", reason=reason)
         logger.error("batch failed batch=%s reason=%s", batch_id, reason)
     return changed
+
+
+def earliest_start(batch: SendBatch) -> dt.datetime | None:
+    """Return when a scheduled batch may start: its send time, after its undo window + margin."""
+    starts = [batch.scheduled_at] if batch.scheduled_at else []
+    if batch.undo_deadline is not None:
+        starts.append(batch.undo_deadline + dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN))
+    return max(starts) if starts else None

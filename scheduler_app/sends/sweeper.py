@@ -21,7 +21,8 @@ from scheduler_app.controls import record
 from scheduler_app.db import database_now
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends import states
-from scheduler_app.sends.batches import earliest_start, enqueue_lanes, lane_jobs
+from scheduler_app.sends.batches import enqueue_lanes, lane_jobs
+from scheduler_app.sends.states import earliest_start
 
 logger = logging.getLogger("scheduler_app.sends")
 Status = SendBatch.Status

@@ -19,7 +19,8 @@ from django.db import close_old_connections
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.exceptions import RetryLater, SchedulerError, UnknownTask
+from scheduler_app.cursors import DEFAULT_COUNT_KEY, CursorProposal, Cursors, with_processed_count
+from scheduler_app.exceptions import JobTimeout, RetryLater, SchedulerError, UnknownTask
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.registry import JobContext, TaskSpec, get_task
 
@@ -82,8 +83,11 @@ class ClaimedJob:
             started_at=started_at,
         )
 
-    def context(self, should_stop: Callable[[], bool] | None = None) -> JobContext:
+    def context(
+        self, should_stop: Callable[[], bool] | None = None, cursors: Cursors | None = None
+    ) -> JobContext:
         return JobContext(
+            cursors=cursors or Cursors(),
             should_stop=should_stop or (lambda: False),
             job_id=self.id,
             task_name=self.task_name,
@@ -108,6 +112,8 @@ class Finish:
     error: str = ""
     result: str | None = None  # JSON text
     retry_later_deadline: dt.datetime | None = None
+    #: Cursors to save with a success (see scheduler_app.cursors).
+    cursors: tuple[CursorProposal, ...] = ()
 
     def as_row(self) -> tuple:
         """Return the column tuple db.<vendor>.finish_jobs() takes."""
@@ -127,7 +133,17 @@ class Finish:
             job.task_name,
             job.due_at,
             job.started_at,
+            self.needs_history_row,
         )
+
+    @property
+    def needs_history_row(self) -> bool:
+        """Return whether the attempt needs a JobAttempt row to be told later.
+
+        A first attempt that succeeds is fully described by the job row (its
+        worker, attempt 1, started_at, finished_at): see Job.attempt_history().
+        """
+        return not (self.outcome == Outcome.SUCCEEDED and self.job.attempt == 1)
 
     def storable(self, reason: str) -> Finish:
         """Return this outcome with its result and error cut down to what any database stores."""
@@ -160,20 +176,26 @@ def execute(job: ClaimedJob, should_stop: Callable[[], bool] | None = None) -> F
     except SchedulerError as exc:
         # Scheduled by newer code: retrying on this worker cannot help.
         return fail(job, exc, retryable=False, with_traceback=False)
+    cursors = Cursors()
     try:
-        value = spec(job.context(should_stop))
+        value = spec(job.context(should_stop, cursors))
     except RetryLater as exc:
         return _retry_later(job, spec, exc)
     except Exception as exc:
         return fail(job, exc, retryable=spec.retry.should_retry(exc), spec=spec)
     finally:
         close_old_connections()
+    proposals = cursors.proposals()
+    if proposals:
+        count_key = spec.targets.count_key or DEFAULT_COUNT_KEY
+        value = with_processed_count(value, proposals, count_key)
     return Finish(
         job=job,
         status=Status.SUCCEEDED,
         outcome=Outcome.SUCCEEDED,
         finished_at=clock.now(),
         result=_as_json(job, value),
+        cursors=proposals,
     )
 
 
@@ -211,6 +233,22 @@ def fail(
     return Finish(
         job=job, status=Status.FAILED, outcome=Outcome.FAILED, finished_at=now, error=error
     )
+
+
+def timeout_failure(job: ClaimedJob, *, abandoned_after: float | None = None) -> Finish:
+    """Return the Finish for an attempt that ran past its task's timeout.
+
+    ``abandoned_after``: the grace, in seconds, after which its thread was given up on.
+    """
+    spec = get_task(job.task_name)
+    assert spec.timeout is not None
+    message = "Job ran longer than its %ss timeout" % spec.timeout.total_seconds()
+    if abandoned_after is not None:
+        message += " and did not return within a further %ss; its thread was abandoned" % (
+            abandoned_after
+        )
+    exc = JobTimeout(message + ".")
+    return fail(job, exc, retryable=spec.retry.should_retry(exc), spec=spec, with_traceback=False)
 
 
 def hand_back(job: ClaimedJob, reason: str) -> Finish:

@@ -23,11 +23,18 @@ def renew(worker_id: str, job_ids: Iterable[int], lease: dt.timedelta) -> int:
     ids = list(job_ids)
     if not ids:
         return 0
-    return (
-        Job.objects.running()
-        .filter(pk__in=ids, worker_id=worker_id)
-        .update(lease_expires_at=DatabaseNow(lease))
-    )
+    with transaction.atomic():
+        # Rows the worker's loop holds (it is recording their outcomes) are skipped, not
+        # waited for: waiting, in another order than the loop's, could deadlock with it.
+        # The next renewal, a third of a lease later, takes whatever is still running.
+        free = list(
+            Job.objects.running()
+            .filter(pk__in=ids, worker_id=worker_id)
+            .order_by("pk")
+            .select_for_update(skip_locked=True)
+            .values_list("pk", flat=True)
+        )
+        return Job.objects.filter(pk__in=free).update(lease_expires_at=DatabaseNow(lease))
 
 
 def rescue_expired(rescuer_id: str) -> int:

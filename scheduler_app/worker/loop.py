@@ -4,6 +4,11 @@ record outcomes in batches, renew leases, rescue expired ones, stop gracefully.
 Lifecycle: ``Worker(options).run()`` blocks until ``stop()`` (or a stop
 signal, when run under ``graceful_signals``) and returns after running jobs
 finished or were handed back; it raises WorkerFatal when it cannot go on.
+
+An executor that runs jobs elsewhere subclasses Worker (the Celery relay,
+scheduler_app.celery.relay): it overrides ``_claim``, ``_free_slots`` and
+``_start_executor``, and keeps the jobs it hands on leased with ``_hold_lease``,
+so every side duty and the lease thread serve it unchanged.
 """
 
 from __future__ import annotations
@@ -22,29 +27,34 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, connection
 from django.db.models import F
 
-from scheduler_app import clock
+from scheduler_app import clock, workers
+from scheduler_app.alerts.evaluator import evaluate_quietly
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
 from scheduler_app.db import DatabaseNow, backend
-from scheduler_app.exceptions import JobTimeout, SchedulerError, UnknownTask
+from scheduler_app.exceptions import SchedulerError, UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import get_task
 from scheduler_app.schedules.declared import sync_declared_schedules
 from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
 from scheduler_app.sends.sweeper import revive_stranded_batches
-from scheduler_app.signals import job_failed
+from scheduler_app.signals import attempt_finished, job_failed, jobs_claimed
 from scheduler_app.worker import holds, leases
-from scheduler_app.worker.execution import ClaimedJob, Finish, execute, fail, hand_back
+from scheduler_app.worker.execution import (
+    ClaimedJob,
+    Finish,
+    execute,
+    fail,
+    hand_back,
+    timeout_failure,
+)
+from scheduler_app.worker.outcomes import CONNECTION_ERRORS, finish_jobs, record_one
 
 logger = logging.getLogger("scheduler_app.worker")
 
 T = TypeVar("T")
-
-#: The errors that mean "the database is unreachable": the worker waits and reconnects.
-#: Any other database error is about the statement, and waiting would not help.
-CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 #: After the first job finishes, wait up to this long for more to finish, so
 #: that recording outcomes and claiming again happen in batches, not per job.
@@ -73,6 +83,10 @@ class WorkerOptions:
     scheduler_interval: float | None = None
     #: Seconds past its timeout after which a handler's thread is abandoned (see _abandon).
     timeout_grace: float = 10.0
+    #: Seconds between heartbeat writes (the worker's row in the admin's live workers).
+    heartbeat_interval: float = 10.0
+    #: Seconds between offers to evaluate the alert rules; None: this worker never does.
+    alert_interval: float | None = None
     worker_id: str = dataclasses.field(default_factory=lambda: default_worker_id())
 
     @property
@@ -158,6 +172,12 @@ class Worker:
                 run=lambda: self._with_db(revive_stranded_batches),
             ),
             Duty(
+                name="heartbeat",
+                interval=lambda: options.heartbeat_interval,
+                run=self._heartbeat,
+                next_at=time.monotonic() + options.heartbeat_interval,
+            ),
+            Duty(
                 name="summary",
                 interval=lambda: options.summary_interval,
                 run=self._log_summary,
@@ -168,6 +188,17 @@ class Worker:
             interval = options.scheduler_interval
             self._duties.append(
                 Duty(name="scheduler", interval=lambda: interval, run=self._tick_schedules)
+            )
+        if options.alert_interval is not None:
+            every = options.alert_interval
+            # Jitter: workers started together offer to evaluate at different times.
+            self._duties.append(
+                Duty(
+                    name="alerts",
+                    interval=lambda: every * random.uniform(0.8, 1.2),
+                    run=lambda: self._with_db(evaluate_quietly),
+                    next_at=time.monotonic() + every * random.uniform(0.1, 1.0),
+                )
             )
 
     # -- lifecycle ---------------------------------------------------------
@@ -192,12 +223,18 @@ class Worker:
             self.options.batch_size,
             connection.vendor,
         )
+        self._with_db(
+            lambda: workers.worker_started(
+                self.id, queues=self.options.queues, concurrency=self.options.concurrency
+            )
+        )
         if self.options.scheduler_interval is not None:
             self._with_db(sync_declared_schedules)
         try:
             while not self.stopping:
                 self._turn()
             self._drain()
+            self._with_db(lambda: workers.worker_stopped(self.id))
         finally:
             for _ in self._threads:
                 self._inbox.put(None)
@@ -216,15 +253,51 @@ class Worker:
     def _turn(self) -> None:
         self._wake.clear()
         self._collect()
-        self._flush()
         self._side_duties()
-        claimed = 0
         free = self._free_slots()
-        if free and not self.stopping:
-            claimed = self._claim(min(free, self.options.batch_size))
-            if claimed == min(free, self.options.batch_size):
-                return  # a full batch: more may be due, claim again as slots free up
+        limit = 0 if self.stopping else min(free, self.options.batch_size)
+        claimed = self._exchange(limit)
+        if limit and claimed == limit:
+            return  # a full batch: more may be due, claim again as slots free up
         self._wait(self._sleep_time(idle=claimed == 0 and free > 0))
+
+    def _exchange(self, limit: int) -> int:
+        """Record the collected outcomes and claim up to ``limit`` jobs; return how many.
+
+        When there is both to do, one round trip and one commit do both
+        (backend().finish_and_claim); if the database refuses that, each is
+        done on its own, so that a refused outcome never costs the claim.
+        """
+        queues = self._claimable_queues() if limit else []
+        if not queues:
+            self._flush()
+            return 0
+        if not self._unflushed:
+            return self._claim(limit)
+        finishes = self._unflushed
+        if any(finish.cursors for finish in finishes):
+            # Cursor proposals are saved with their outcomes (outcomes.finish_jobs).
+            self._flush()
+            return self._claim(limit)
+        now = clock.now()
+        arguments = self._claim_arguments(queues, limit, now)
+        try:
+            result = self._with_db(
+                lambda: backend().finish_and_claim([f.as_row() for f in finishes], **arguments)
+            )
+        except DatabaseError:
+            logger.exception(
+                "finish and claim refused, recording outcomes and claiming apart worker=%s",
+                self.id,
+            )
+            self._flush()
+            return self._claim(limit)
+        if result is None:
+            return 0  # the database is away; the outcomes are kept for the next turn
+        accepted, rows = result
+        self._unflushed = []
+        self._settle(finishes, accepted)
+        return self._took(rows, now)
 
     def _wait(self, timeout: float) -> None:
         """Sleep until woken or ``timeout``; once woken by a finished job, gather a batch."""
@@ -249,26 +322,31 @@ class Worker:
         return [q for q in self.options.queues if q not in paused.queues]
 
     def _claim(self, limit: int) -> int:
-        paused = self._paused
         queues = self._claimable_queues()
         if not queues:
             return 0
         now = clock.now()
-        rows = self._with_db(
-            lambda: backend().claim_jobs(
-                worker=self.id,
-                queues=queues,
-                limit=limit,
-                now=now,
-                lease=self.options.lease,
-                paused_tasks=sorted(paused.tasks),
-            )
-        )
-        if not rows:
-            return 0
+        arguments = self._claim_arguments(queues, limit, now)
+        rows = self._with_db(lambda: backend().claim_jobs(**arguments))
+        return self._took(rows or [], now)
+
+    def _claim_arguments(self, queues: list[str], limit: int, now: dt.datetime) -> dict:
+        """Return the keyword arguments of backend().claim_jobs() for this worker."""
+        return {
+            "worker": self.id,
+            "queues": queues,
+            "limit": limit,
+            "now": now,
+            "lease": self.options.lease,
+            "paused_tasks": sorted(self._paused.tasks),
+        }
+
+    def _took(self, rows: list[tuple], now: dt.datetime) -> int:
+        """Start the jobs a claim at ``now`` returned; return how many."""
         for row in rows:
             self._take(ClaimedJob.from_row(row, started_at=now))
         self._counts["claimed"] += len(rows)
+        jobs_claimed.send(sender=Worker, worker_id=self.id, count=len(rows))
         return len(rows)
 
     def _take(self, job: ClaimedJob) -> None:
@@ -306,6 +384,13 @@ class Worker:
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
         self._unflushed.append(hand_back(job, reason))
         self._counts["handed_back"] += 1
+
+    def _hold_lease(self, job: ClaimedJob) -> None:
+        """Renew ``job``'s lease with the running jobs' without running it here.
+
+        For executors that run jobs elsewhere (the Celery relay's published jobs).
+        """
+        self._running[job.id] = _Running(job=job, deadline=None)
 
     def _start(self, job: ClaimedJob) -> None:
         running = _Running(job=job, deadline=self._deadline(job))
@@ -360,6 +445,10 @@ class Worker:
         if accepted is None:
             return  # the database is away; keep them and try again next turn
         self._unflushed = []
+        self._settle(finishes, accepted)
+
+    def _settle(self, finishes: list[Finish], accepted: set[int]) -> None:
+        """Count the recorded outcomes and signal failures; report the ones fencing refused."""
         for finish in finishes:
             job = finish.job
             if job.id not in accepted:
@@ -372,6 +461,15 @@ class Worker:
                 )
                 continue
             self._counts[finish.outcome] += 1
+            attempt_finished.send(
+                sender=Worker,
+                worker_id=self.id,
+                task_name=job.task_name,
+                outcome=finish.outcome,
+                attempt=job.attempt,
+                lateness=(job.started_at - job.due_at).total_seconds(),
+                duration=(finish.finished_at - job.started_at).total_seconds(),
+            )
             if finish.status == Job.Status.FAILED:
                 job_failed.send(
                     sender=Job, job_id=job.id, task_name=job.task_name, error=finish.error
@@ -384,7 +482,7 @@ class Worker:
         surprise: it must cost only the outcome it concerns, never the batch.
         """
         try:
-            return backend().finish_jobs([f.as_row() for f in finishes], worker=self.id)
+            return finish_jobs(finishes, worker=self.id)
         except CONNECTION_ERRORS:
             raise
         except DatabaseError:
@@ -395,35 +493,8 @@ class Worker:
             )
         accepted: set[int] = set()
         for finish in finishes:
-            accepted |= self._record_one(finish)
+            accepted |= record_one(finish, worker=self.id)
         return accepted
-
-    def _record_one(self, finish: Finish) -> set[int]:
-        job = finish.job
-        try:
-            return backend().finish_jobs([finish.as_row()], worker=self.id)
-        except CONNECTION_ERRORS:
-            raise
-        except DatabaseError as exc:
-            reason = "%s: %s" % (type(exc).__name__, exc)
-        logger.error(
-            "outcome refused by the database, recording it without its result and error text "
-            "job=%s task=%s error=%s",
-            job.id,
-            job.task_name,
-            reason,
-        )
-        try:
-            return backend().finish_jobs([finish.storable(reason).as_row()], worker=self.id)
-        except CONNECTION_ERRORS:
-            raise
-        except DatabaseError:
-            logger.exception(
-                "outcome dropped, its lease will expire and the job will run again job=%s task=%s",
-                job.id,
-                job.task_name,
-            )
-            return set()
 
     def _side_duties(self) -> None:
         for name, thread in (("LISTEN", self._listener), ("lease renewal", self._renewer)):
@@ -435,6 +506,16 @@ class Worker:
             if now >= duty.next_at:
                 duty.next_at = now + duty.interval()
                 duty.run()
+
+    def _heartbeat(self) -> None:
+        running = len(self._running)
+        if self._with_db(lambda: workers.heartbeat(self.id, running=running)) is False:
+            # Our row was deleted (pruned) or never written: write it again.
+            self._with_db(
+                lambda: workers.worker_started(
+                    self.id, queues=self.options.queues, concurrency=self.options.concurrency
+                )
+            )
 
     def _read_controls(self) -> None:
         paused = self._with_db(paused_scopes)
@@ -571,17 +652,8 @@ class Worker:
             )
 
     def _timeout_failure(self, job: ClaimedJob, *, abandoned: bool = False) -> Finish:
-        spec = get_task(job.task_name)
-        assert spec.timeout is not None
-        message = "Job ran longer than its %ss timeout" % spec.timeout.total_seconds()
-        if abandoned:
-            message += " and did not return within a further %ss; its thread was abandoned" % (
-                self.options.timeout_grace
-            )
-        exc = JobTimeout(message + ".")
-        return fail(
-            job, exc, retryable=spec.retry.should_retry(exc), spec=spec, with_traceback=False
-        )
+        grace = self.options.timeout_grace if abandoned else None
+        return timeout_failure(job, abandoned_after=grace)
 
     def _sleep_time(self, *, idle: bool) -> float:
         timeout = min(
@@ -617,10 +689,7 @@ class Worker:
         # Measured against the database's clock, which claims compare run_at with: a host
         # whose clock runs ahead must not poll without sleeping until the job is due.
         wait = (
-            Job.objects.pending()
-            .filter(queue__in=queues)
-            .exclude(task_name__in=self._paused.tasks)
-            .order_by("run_at")
+            Job.objects.by_due_time(queues, self._paused.tasks)
             .annotate(wait=F("run_at") - DatabaseNow())
             .values_list("wait", flat=True)
             .first()

@@ -4,9 +4,13 @@ pause / resume / cancel, each with a clear message, refusals changing nothing.""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
+from django.test import override_settings
 
+from scheduler_app import clock
+from scheduler_app.db import database_now
 from scheduler_app.models import ControlEvent, Job, SendBatch
 from scheduler_app.sends.batches import schedule_batch
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
@@ -226,13 +230,46 @@ def test_schedule_first_shows_the_checklist_and_changes_nothing(admin, make_batc
     response = post_action(admin, "sendbatch", "schedule_action", [batch])
     assert response.status_code == 200
     assert response.templates[0].name == "admin/scheduler_app/batch_confirm.html"
-    [(shown, items)] = response.context["items"]
+    [(shown, items, _)] = response.context["items"]
     assert shown == batch
     assert [i.name for i in items if not i.ok] == list(UNPREPARED)
     html = response.content.decode()
     assert "Schedule these send batches?" in html
     assert html.count('name="relax"') == 3  # the superuser may relax each failing item
     assert SendBatch.objects.get(pk=batch.pk).status == Status.DRAFT
+
+
+def utc(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def planned_start(page: str) -> dt.datetime:
+    """Return the start a confirmation page announces."""
+    [shown] = re.findall(r"Sending starts at (\S+ \S+) UTC", page)
+    return dt.datetime.fromisoformat(shown).replace(tzinfo=dt.UTC)
+
+
+@override_settings(SCHEDULER_APP={"UNDO_SAFETY_MARGIN": 2.0})
+def test_schedule_confirmation_shows_the_real_start_after_the_undo_window_and_margin(
+    admin, make_batch
+):
+    batch = make_batch(scheduled_at=clock.now(), undo_window=dt.timedelta(seconds=30))
+    before = database_now().replace(microsecond=0)
+    page = post_action(admin, "sendbatch", "schedule_action", [batch]).content.decode()
+    after = database_now()
+    assert (
+        before + dt.timedelta(seconds=32) <= planned_start(page) <= after + dt.timedelta(seconds=32)
+    )
+    assert "after the 30.0 s undo window and the 2.0 s safety margin" in page
+    assert page.count("Sending starts at") == 1
+    assert "UTC UTC" not in page and "+00:00 UTC" not in page
+
+
+def test_schedule_confirmation_shows_a_later_send_time_as_the_start(admin, make_batch):
+    batch = make_batch(undo_window=dt.timedelta(seconds=30))  # sends in an hour
+    page = post_action(admin, "sendbatch", "schedule_action", [batch]).content.decode()
+    assert planned_start(page) == batch.scheduled_at.replace(microsecond=0)
+    assert "UTC UTC" not in page
 
 
 def test_schedule_with_a_failing_checklist_is_refused_listing_the_failing_items(admin, make_batch):
@@ -263,7 +300,9 @@ def test_schedule_after_dry_run_and_seed_send_passes_the_checklist(admin, make_b
     checklist = admin.get(change("sendbatch", batch.pk)).content.decode()
     assert "failing" not in checklist
     response = post_action(admin, "sendbatch", "schedule_action", [batch], confirm="yes")
-    assert messages_of(response) == [("success", "Spring news scheduled.")]
+    assert messages_of(response) == [
+        ("success", "Spring news scheduled; sending starts at %s." % utc(batch.scheduled_at))
+    ]
     stored = SendBatch.objects.get(pk=batch.pk)
     assert stored.status == Status.SCHEDULED
     assert lanes(batch) == 2
@@ -296,7 +335,9 @@ def test_schedule_with_relaxed_items_and_the_permission_schedules_and_audits_the
     response = post_action(
         client, "sendbatch", "schedule_action", [batch], confirm="yes", relax=list(UNPREPARED)
     )
-    assert messages_of(response) == [("success", "Spring news scheduled.")]
+    assert messages_of(response) == [
+        ("success", "Spring news scheduled; sending starts at %s." % utc(batch.scheduled_at))
+    ]
     assert SendBatch.objects.get(pk=batch.pk).status == Status.SCHEDULED
     event = ControlEvent.objects.get(action="schedule")
     assert (event.target, event.reason, event.by.username) == (

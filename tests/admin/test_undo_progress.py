@@ -78,8 +78,13 @@ def test_undo_inside_the_window_cancels_the_batch_and_its_lanes(
     )
     assert lane_statuses(batch) == ["cancelled", "cancelled"]
     assert ControlEvent.objects.filter(action="undo", target=str(batch.pk)).count() == 1
-    # The page no longer offers an undo.
-    assert "undo-button" not in admin.get(change("sendbatch", batch.pk)).content.decode()
+    # The page no longer offers an undo (the box stays for the live script, hidden).
+    page = admin.get(change("sendbatch", batch.pk))
+    assert page.context["batch_actions"] == []
+    assert (
+        '<div class="undo-box" style="margin:1em 0;padding:1em;border:2px solid #ba2121" hidden>'
+        in (page.content.decode())
+    )
 
 
 def test_undo_after_the_worker_claimed_the_batch_is_too_late_and_changes_nothing(
@@ -142,6 +147,8 @@ def test_progress_endpoint_returns_counts_share_and_rate(admin, make_batch):
         "percent": 60.0,
         "rate": 2.0,
         "undo_deadline": None,
+        "status_reason": "",
+        "actions": ["pause", "cancel"],
     }
 
 

@@ -127,6 +127,31 @@ def test_list_filters_by_creation_and_scheduled_time(api, ada, make_job):
     assert listed(
         {"scheduled_after": "2030-01-01T12:00:00Z", "scheduled_before": "2030-01-03T12:00:00Z"}
     ) == [made[0].pk, made[1].pk]
+    # Times UTC cannot hold are the earliest and latest there are (not a 400).
+    everything = sorted(job.pk for job in made.values())
+    assert listed({"created_after": "0001-01-01T00:00:00+05:00"}) == everything
+    assert listed({"scheduled_before": "9999-12-31T23:00:00-05:00"}) == everything
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "created_after=2030-01-02T00:00:00Z&created_before=2030-01-01T00:00:00Z",
+        "scheduled_after=2030-01-01T00:00:00Z&scheduled_before=2030-01-01T00:00:00Z",
+        "created_after=1999-01-01T00:00:00Z&created_before=1999-01-01T00:00:00Z",
+        # Times UTC cannot hold: before or after every job.
+        "created_before=0001-01-01T00:00:00%2B05:00",
+        "created_after=9999-12-31T23:00:00-05:00",
+    ],
+)
+def test_list_with_an_empty_time_range_is_an_empty_page(api, ada, make_job, query):
+    """The schema allows any two times; a range holding no time matches nothing (not a 400)."""
+    make_job(ada)
+
+    response = api.get("/api/jobs/?" + query)
+
+    assert response.status_code == 200
+    assert response.json() == {"next": None, "previous": None, "results": []}
 
 
 def test_list_pages_follow_the_cursor_without_gaps_or_repeats(api, ada, make_job):
@@ -164,21 +189,6 @@ def test_list_pages_follow_the_cursor_without_gaps_or_repeats(api, ada, make_job
             "scheduled_before",
             "Datetime has wrong format. Use one of these formats instead: "
             "YYYY-MM-DDThh:mm[:ss[.uuuuuu]][+HH:MM|-HH:MM|Z].",
-        ),
-        (
-            "created_before=0001-01-01T00:00:00%2B05:00",
-            "created_before",
-            "Datetime value out of range.",
-        ),
-        (
-            "created_after=2030-01-02T00:00:00Z&created_before=2030-01-01T00:00:00Z",
-            "created_before",
-            "Must be later than created_after.",
-        ),
-        (
-            "scheduled_after=2030-01-01T00:00:00Z&scheduled_before=2030-01-01T00:00:00Z",
-            "scheduled_before",
-            "Must be later than scheduled_after.",
         ),
         ("page_size=0", "page_size", "Must be an integer from 1 to 200."),
         ("page_size=201", "page_size", "Must be an integer from 1 to 200."),

@@ -87,7 +87,7 @@ def test_an_owner_adds_a_suppression_to_their_audience_once(ada):
             "valid choice",
         ),
         ({"address": 7, "scope": "newsletter"}, "address", "valid email"),
-        ({"address": "d@x.com", "scope": "news\x00letter"}, "scope", "NUL"),
+        ({"address": "d@x.com", "scope": "news\x00letter"}, "scope", "Null characters"),
     ],
 )
 def test_bad_input_gets_a_400_naming_the_field(ada, bea, body, field, message):

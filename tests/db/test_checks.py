@@ -155,3 +155,25 @@ def test_e010_names_every_task_whose_queue_was_removed():
         "Task 'tests.noop' uses queue 'default', which SCHEDULER_APP['QUEUES'] does not list."
         in [error.msg for error in errors]
     )
+
+
+def test_transaction_pooling_is_refused_with_e080(monkeypatch):
+    from scheduler_app.checks import check_no_transaction_pooling
+
+    assert check_no_transaction_pooling() == []
+    monkeypatch.setitem(settings.DATABASES["default"], "DISABLE_SERVER_SIDE_CURSORS", True)
+    errors = check_no_transaction_pooling()
+
+    assert ids(errors) == ["scheduler_app.E080"]
+    assert errors[0].hint == (
+        "Connect to PostgreSQL directly or through session pooling (pool_mode=session); "
+        "see docs/performance.md."
+    )
+
+
+@pytest.mark.parametrize("value", ["off", 0, None])
+def test_send_marker_synchronous_commit_not_a_bool_is_e085(value):
+    with override_settings(
+        SCHEDULER_APP=scheduler_app_settings(SEND_MARKER_SYNCHRONOUS_COMMIT=value)
+    ):
+        assert ids(check_settings()) == ["scheduler_app.E085"]

@@ -98,9 +98,9 @@ def test_unstorable_results_and_errors_do_not_poison_the_batch(caplog):
     )
     assert Job.objects.get(pk=after.pk).result == {"ok": {"n": 1}}
     assert sorted(
-        JobAttempt.objects.filter(job_id__in=[j.pk for j in jobs.values()]).values_list(
-            "job_id", "outcome"
-        )
+        (a.job_id, a.outcome)
+        for job in Job.objects.filter(pk__in=[j.pk for j in jobs.values()])
+        for a in job.attempt_history()
     ) == sorted(
         (job.pk, Outcome.FAILED if name.endswith("error") else Outcome.SUCCEEDED)
         for name, job in jobs.items()
@@ -303,7 +303,7 @@ def test_unknown_task_is_handed_back_until_its_grace_has_passed(caplog):
         stored = {
             job.pk: wait_until(
                 lambda job=job: (
-                    Job.objects.filter(pk=job.pk, attempt_history__isnull=False)
+                    Job.objects.filter(pk=job.pk, recorded_attempts__isnull=False)
                     .exclude(status=Status.RUNNING)
                     .first()
                 ),
@@ -333,7 +333,7 @@ def test_unknown_task_is_handed_back_until_its_grace_has_passed(caplog):
         )
     # Looked at again shortly, but never after the grace ends.
     fresh_row = stored[fresh.pk]
-    assert fresh_row.run_at - fresh_row.attempt_history.get().finished_at == 10 * SECOND
+    assert fresh_row.run_at - fresh_row.recorded_attempts.get().finished_at == 10 * SECOND
     assert stored[nearly.pk].run_at == nearly.scheduled_for + GRACE
 
     old_row = stored[old.pk]
@@ -402,9 +402,7 @@ def test_slow_scheduler_tick_does_not_delay_lease_renewal(blocking_handler):
         assert not worker.stopping
 
     assert stored.attempts == 1
-    assert list(JobAttempt.objects.filter(job_id=job.pk).values_list("outcome", flat=True)) == [
-        Outcome.SUCCEEDED
-    ]
+    assert [a.outcome for a in stored.attempt_history()] == [Outcome.SUCCEEDED]
 
 
 def tick_is_waiting_on_a_lock() -> bool:

@@ -74,7 +74,7 @@ def test_sigterm_hands_back_job_that_cannot_finish(start_worker, tmp_path):
         None,
         reason,
     )
-    assert list(job.attempt_history.values_list("attempt", "outcome", "worker_id", "error")) == [
+    assert list(job.recorded_attempts.values_list("attempt", "outcome", "worker_id", "error")) == [
         (1, JobAttempt.Outcome.INTERRUPTED, "w-handback", reason),
     ]
 

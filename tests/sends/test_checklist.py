@@ -69,7 +69,7 @@ def test_a_batch_after_a_clean_dry_run_and_a_seed_send_passes_every_item(ready):
         "seed_sent": (True, "A seed send of the current template happened."),
         "schedule_unambiguous": (
             True,
-            "Sends at 2027-05-04T08:30:00+00:00 UTC (intended time zone Europe/Paris).",
+            "Send time 2027-05-04 08:30:00 UTC (intended time zone Europe/Paris).",
         ),
         "no_other_large_batch": (True, "This batch is not large, or has no time yet."),
     }

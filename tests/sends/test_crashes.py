@@ -132,6 +132,54 @@ def test_an_idempotent_provider_gets_its_markers_per_chunk(five, scripted):
     assert (five.status, five.sent) == ("completed", 5)
 
 
+def test_an_idempotent_provider_has_its_attempts_charged_in_growing_groups(five, scripted):
+    """One statement charges a group of recipients (1, then 2, then 4...): a crash charges
+    the group in flight, whose copies the provider drops (same keys)."""
+    SendBatch.objects.filter(pk=five.pk).update(provider="idempotent")
+    scripted.dies_on = {"dan@example.com"}
+
+    with pytest.raises(WorkerDied):
+        run_lane_now(five)
+
+    # Groups: [ann], [bob, cat], [dan, eve]; the lane died in dan's call.
+    assert states(five) == {
+        "ann": ("pending", 1),
+        "bob": ("pending", 1),
+        "cat": ("pending", 1),
+        "dan": ("pending", 1),
+        "eve": ("pending", 1),
+    }
+    scripted.dies_on = set()
+    expire_claims(five)
+    run_lane_now(five)
+    five.refresh_from_db()
+    assert (five.status, five.sent) == ("completed", 5)
+    assert set(Recipient.objects.filter(batch=five).values_list("attempts", flat=True)) == {2}
+
+
+def test_an_idempotent_provider_refunds_the_attempts_of_a_group_it_did_not_send(five, scripted):
+    """Recipients charged with a group but not called (a pause) get their attempt back."""
+    SendBatch.objects.filter(pk=five.pk).update(provider="idempotent")
+
+    def pause_at_bob(message: Message, key: str) -> None:
+        if message.to == "bob@example.com":
+            SendBatch.objects.filter(pk=five.pk).update(status=SendBatch.Status.PAUSED)
+
+    scripted.on_call = pause_at_bob
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("scheduler_app.sends.dispatch.HALT_RECHECK", 0.0)
+        run_lane_now(five)
+
+    # Groups: [ann], [bob, cat]; the pause is seen before cat's call.
+    assert states(five) == {
+        "ann": ("sent", 1),
+        "bob": ("sent", 1),
+        "cat": ("pending", 0),
+        "dan": ("pending", 0),
+        "eve": ("pending", 0),
+    }
+
+
 def test_after_a_crash_only_the_recipient_in_flight_is_sent_again(five, scripted):
     scripted.dies_on = {"cat@example.com"}
     with pytest.raises(WorkerDied):

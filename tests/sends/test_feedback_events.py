@@ -13,8 +13,9 @@ from django.core import mail
 from django.test import override_settings
 
 from scheduler_app import clock
+from scheduler_app.alerts import evaluate
 from scheduler_app.clock import frozen_clock
-from scheduler_app.models import FeedbackEvent, SendBatch, Suppression
+from scheduler_app.models import Alert, FeedbackEvent, SendBatch, Suppression
 from scheduler_app.sends.dry_run import dry_run
 from tests.sends.helpers import recipient, run_lane_now
 from tests.settings import SCHEDULER_APP
@@ -215,11 +216,17 @@ def test_a_complaint_spike_pauses_the_sending_batch(customer, make_batch):
             metadata={"scheduler_key": keys["c2@example.com"]},
         )
 
-    batch.refresh_from_db()
-    assert batch.status == "paused"
-    assert batch.status_reason == (
-        "complaint rate 15.00% (3 of 20 sent) passed its limit of 10.00%"
-    )
+        batch.refresh_from_db()
+        assert batch.status == "paused"
+        assert batch.status_reason == (
+            "complaint rate 15.00% (3 of 20 sent) passed its limit of 10.00%"
+        )
+        evaluate()
+
+    alert = Alert.objects.get(kind="send_feedback")
+    assert alert.subject == "batch:%s" % batch.pk
+    assert alert.numbers["count"] == 3
+    assert "complaint rate 15.00%" in alert.summary
 
 
 @pytest.mark.django_db

@@ -89,6 +89,12 @@ class NoopProvider:
         return idempotency_key
 
 
+class IdempotentNoopProvider(NoopProvider):
+    """NoopProvider declaring one delivery per idempotency key (benchmarks)."""
+
+    idempotent = True
+
+
 def suppressed(addresses, batch):
     """Skip customers who unsubscribed after the freeze."""
     gone = Customer.objects.filter(email__in=addresses, unsubscribed=True)

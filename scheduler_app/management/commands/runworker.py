@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler_app.conf import app_settings
@@ -32,6 +34,17 @@ def positive_float(value: str) -> float:
         raise argparse.ArgumentTypeError("%r is not a number" % value) from None
     if not number > 0:
         raise argparse.ArgumentTypeError("must be greater than 0, got %s" % value)
+    return number
+
+
+def port(value: str) -> int:
+    """Accept a TCP port number."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a port number" % value) from None
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError("must be from 1 to 65535, got %s" % number)
     return number
 
 
@@ -89,9 +102,34 @@ class Command(BaseCommand):
             "--worker-id", type=worker_id, help="Name this worker (default host:pid:random)."
         )
         parser.add_argument(
+            "--executor",
+            choices=("local", "celery"),
+            default="local",
+            help="local: run jobs in this process's threads. celery: relay them to Celery "
+            "workers (SCHEDULER_APP['CELERY_APP']); see docs/celery.md.",
+        )
+        parser.add_argument(
             "--no-scheduler",
             action="store_true",
             help="Do not enqueue recurring schedules' occurrences from this worker.",
+        )
+        parser.add_argument(
+            "--no-alerts",
+            action="store_true",
+            help="Do not evaluate the alert rules from this worker.",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            metavar="PORT",
+            help="Serve this worker's Prometheus counters on this port (needs the [metrics] "
+            "extra).",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="127.0.0.1",
+            metavar="ADDRESS",
+            help="Address the metrics port listens on (default 127.0.0.1; 0.0.0.0 for all).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -114,10 +152,51 @@ class Command(BaseCommand):
             summary_interval=app_settings.SUMMARY_INTERVAL,
             scheduler_interval=None if options["no_scheduler"] else app_settings.SCHEDULER_INTERVAL,
             worker_id=options["worker_id"] or default_worker_id(),
+            heartbeat_interval=app_settings.WORKER_HEARTBEAT_INTERVAL,
+            alert_interval=None if options["no_alerts"] else app_settings.ALERT_INTERVAL,
         )
-        worker = Worker(worker_options)
+        if options["metrics_port"] is not None:
+            self._serve_metrics(worker_options.worker_id, options)
+        worker = self.build_worker(worker_options, options["executor"])
         with graceful_signals(worker.stop):
             try:
                 worker.run()
             except WorkerFatal as exc:
                 raise CommandError(str(exc)) from exc
+
+    def build_worker(self, options: WorkerOptions, executor: str) -> Worker:
+        if executor == "local":
+            return Worker(options)
+        # Imported here, so that a worker without --executor celery never loads Celery.
+        from scheduler_app.celery.relay import Relay
+        from scheduler_app.celery.routing import celery_app
+
+        try:
+            app = celery_app()
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        # No thread runs a job here: a relay's concurrency is its published jobs per queue.
+        options = dataclasses.replace(options, concurrency=app_settings.CELERY_MAX_IN_FLIGHT)
+        return Relay(
+            options,
+            app=app,
+            max_in_flight=app_settings.CELERY_MAX_IN_FLIGHT,
+            max_broker_wait=app_settings.CELERY_MAX_BROKER_WAIT,
+        )
+
+    def _serve_metrics(self, worker_id: str, options: dict[str, Any]) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        try:
+            from scheduler_app.metrics.worker import WorkerMetrics
+        except ImproperlyConfigured as exc:
+            raise CommandError("--metrics-port: %s" % exc) from exc
+        metrics = WorkerMetrics(worker_id)
+        try:
+            metrics.serve(options["metrics_port"], options["metrics_address"])
+        except OSError as exc:
+            raise CommandError(
+                "--metrics-port: cannot listen on %s:%s: %s"
+                % (options["metrics_address"], options["metrics_port"], exc)
+            ) from exc
+        metrics.connect()

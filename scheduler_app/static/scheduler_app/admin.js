@@ -1,24 +1,41 @@
-// Live progress and undo countdowns on the send batch pages.
+// The send batch page follows its batch: progress, status, reason, undo box and action buttons.
 "use strict";
 (function () {
+  var LIVE = ["scheduled", "sending", "paused"];
+
   function countdowns() {
     document.querySelectorAll(".scheduler-countdown[data-deadline]").forEach(function (el) {
       var left = (Date.parse(el.dataset.deadline) - Date.now()) / 1000;
       el.textContent = left > 0 ? "Undo possible for " + left.toFixed(1) + " s" : "Undo window over";
     });
   }
+  function setText(selector, text) {
+    var el = document.querySelector(selector);
+    if (el && el.textContent !== text) { el.textContent = text; }
+  }
+  function render(live, data) {
+    live.querySelector(".scheduler-progress").value = data.percent;
+    live.querySelector(".scheduler-progress-text").textContent = data.percent + "%";
+    ["sent", "failed", "skipped", "remaining", "rate"].forEach(function (name) {
+      var el = live.querySelector(".p-" + name);
+      if (el) { el.textContent = data[name] === null ? "-" : data[name]; }
+    });
+    setText(".field-status .readonly", data.status);
+    setText(".field-status_reason .readonly", data.status_reason);
+    var undo = document.querySelector(".undo-box");
+    if (undo) {
+      undo.hidden = data.actions.indexOf("undo") < 0;
+      undo.querySelector(".scheduler-countdown").dataset.deadline = data.undo_deadline || "";
+    }
+    document.querySelectorAll(".batch-action[data-action]").forEach(function (form) {
+      form.hidden = data.actions.indexOf(form.dataset.action) < 0;
+    });
+    live.dataset.status = data.status;
+  }
   function refresh(live) {
     fetch(live.dataset.url, { credentials: "same-origin" })
       .then(function (r) { return r.json(); })
-      .then(function (data) {
-        live.querySelector(".scheduler-progress").value = data.percent;
-        live.querySelector(".scheduler-progress-text").textContent = data.percent + "%";
-        ["sent", "failed", "skipped", "remaining", "rate"].forEach(function (name) {
-          var el = live.querySelector(".p-" + name);
-          if (el) { el.textContent = data[name] === null ? "-" : data[name]; }
-        });
-        live.dataset.status = data.status;
-      })
+      .then(function (data) { render(live, data); })
       .catch(function () {});
   }
   document.addEventListener("DOMContentLoaded", function () {
@@ -26,7 +43,7 @@
     setInterval(countdowns, 200);
     document.querySelectorAll(".scheduler-live[data-url]").forEach(function (live) {
       setInterval(function () {
-        if (["scheduled", "sending", "paused"].indexOf(live.dataset.status) >= 0) { refresh(live); }
+        if (LIVE.indexOf(live.dataset.status) >= 0) { refresh(live); }
       }, 1000);
     });
   });

@@ -1,0 +1,75 @@
+"""The operations overview: open alerts, live workers, queues, and lateness charts per task."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+
+from scheduler_app import clock, stats
+from scheduler_app.admin.charts import bar_chart
+from scheduler_app.conf import app_settings
+from scheduler_app.lateness import hourly_p95
+from scheduler_app.models import Alert, OperationsOverview
+
+#: Hours of lateness the charts show.
+CHART_HOURS = 24
+#: Most open alerts listed (the alerts page has them all).
+MAX_ALERTS = 50
+
+
+@admin.register(OperationsOverview)
+class OperationsOverviewAdmin(admin.ModelAdmin):
+    change_list_template = "admin/scheduler_app/overview.html"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("scheduler_app.view_job")
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        now = clock.now()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Operations overview",
+            "opts": self.model._meta,
+            "now": now,
+            "alerts": Alert.objects.open().order_by("-opened_at")[:MAX_ALERTS],
+            "alert_count": Alert.objects.open().count(),
+            "workers": stats.live_workers().order_by("worker_id"),
+            "lost_after": app_settings.WORKER_LOST_AFTER,
+            "queues": [(depth, depth.oldest_due_age(now)) for depth in stats.queue_depths(now)],
+            "charts": lateness_charts(now),
+            "chart_hours": CHART_HOURS,
+        }
+        return TemplateResponse(request, self.change_list_template, context)
+
+
+def lateness_charts(now: dt.datetime) -> list[tuple[str, float, Any]]:
+    """Return (task, worst hourly p95, SVG chart) per task that ran in the last CHART_HOURS."""
+    start = now - dt.timedelta(hours=CHART_HOURS)
+    labels = [
+        "%s-%s UTC"
+        % (
+            (start + dt.timedelta(hours=h)).strftime("%H:%M"),
+            (start + dt.timedelta(hours=h + 1)).strftime("%H:%M"),
+        )
+        for h in range(CHART_HOURS)
+    ]
+    return [
+        (task, max(v for v in values if v is not None), bar_chart(values, labels=labels))
+        for task, values in hourly_p95(now, hours=CHART_HOURS).items()
+    ]

@@ -1,0 +1,39 @@
+"""Live workers (read-only): who runs, where, serving which queues, last seen when."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from scheduler_app.models import WorkerHeartbeat
+
+
+@admin.register(WorkerHeartbeat)
+class WorkerHeartbeatAdmin(admin.ModelAdmin):
+    list_display = [
+        "worker_id",
+        "status",
+        "host",
+        "pid",
+        "version",
+        "queues",
+        "concurrency",
+        "running",
+        "started_at",
+        "last_seen_at",
+    ]
+    list_filter = ["status", "host"]
+    search_fields = ["worker_id", "host"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: WorkerHeartbeat | None = None
+    ) -> bool:
+        return False
+
+    def has_delete_permission(
+        self, request: HttpRequest, obj: WorkerHeartbeat | None = None
+    ) -> bool:
+        return False

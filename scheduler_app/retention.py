@@ -1,0 +1,367 @@
+"""Retention: delete what is finished and old, in small batches, behind a breaker, audited.
+
+``prune(reference_time)`` removes, for each kind with a RETENTION_*_DAYS
+setting, rows in a terminal state older than ``reference_time`` minus that
+many days: finished jobs (with their attempts), schedule occurrences whose
+job finished, control events, resolved alerts, stopped or lost workers'
+heartbeats, dry-run report files; and it blanks the template context of
+recipients of batches that finished. Nothing pending, running, scheduled,
+sending or paused is ever selected: each kind names the terminal states it
+may take, never the ones it must spare.
+
+The reference time is the prune job's scheduled_for, so a run that starts
+late (or again, after a crash) deletes exactly what its occurrence meant to.
+Rows go in batches of PRUNE_BATCH_SIZE, each its own short transaction that
+locks only the rows it deletes (SKIP LOCKED), so workers keep claiming. If
+more than PRUNE_MAX_ROWS rows qualify, the run deletes nothing, records a
+refusal and opens a ``prune_refused`` alert. Every run leaves a PruneRun row
+and a log line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+from django.core.files.storage import default_storage
+from django.db import connection, transaction
+from django.db.models import Q, QuerySet
+
+from scheduler_app import clock
+from scheduler_app.conf import app_settings
+from scheduler_app.exceptions import PruneRefused
+from scheduler_app.models import (
+    Alert,
+    ControlEvent,
+    Job,
+    PruneRun,
+    Recipient,
+    ScheduleOccurrence,
+    SendBatch,
+    WorkerHeartbeat,
+)
+from scheduler_app.registry import JobContext, task
+from scheduler_app.sends.dry_run import REPORT_DIR
+
+logger = logging.getLogger("scheduler_app.retention")
+
+PRUNE_TASK = "scheduler_app.prune"
+#: The built-in schedule's name (SCHEDULER_APP['PRUNE_SCHEDULE'] sets its cron).
+PRUNE_SCHEDULE_NAME = "scheduler-prune"
+#: A dry-run report's file name (the storage may add a suffix to make it unique).
+REPORT_NAME = re.compile(r"batch-(?P<batch>\d+)-(?P<at>\d{8}T\d{6}Z)(_\w+)?\.txt")
+
+FINISHED_JOB = (Job.Status.SUCCEEDED, Job.Status.FAILED, Job.Status.CANCELLED)
+FINISHED_BATCH = (SendBatch.Status.COMPLETED, SendBatch.Status.CANCELLED, SendBatch.Status.FAILED)
+GONE_WORKER = (WorkerHeartbeat.Status.STOPPED, WorkerHeartbeat.Status.LOST)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Kind:
+    """One kind of thing the pruner removes: which rows qualify, and what is done to them."""
+
+    name: str
+    setting: str
+    #: cutoff -> the rows that qualify (only terminal states, older than the cutoff).
+    candidates: Callable[[dt.datetime], QuerySet]
+    #: primary keys -> rows removed (deleted, or blanked).
+    apply: Callable[[list[Any]], int]
+    #: (cutoff, limit) -> rows removed: one statement per batch on PostgreSQL, instead of
+    #: selecting the keys and letting the ORM cascade (several times slower per row).
+    on_postgresql: Callable[[dt.datetime, int], int] | None = None
+
+    @property
+    def days(self) -> float | None:
+        return getattr(app_settings, self.setting)
+
+
+def finished_jobs(cutoff: dt.datetime) -> QuerySet:
+    """Return jobs that succeeded, failed or were cancelled before ``cutoff``."""
+    return Job.objects.filter(status__in=FINISHED_JOB, finished_at__lt=cutoff)
+
+
+def finished_batches(cutoff: dt.datetime) -> QuerySet:
+    """Return batches that completed, were cancelled or failed before ``cutoff``."""
+    return SendBatch.objects.filter(
+        Q(status=SendBatch.Status.COMPLETED, finished_at__lt=cutoff)
+        | Q(
+            status__in=(SendBatch.Status.CANCELLED, SendBatch.Status.FAILED),
+            status_changed_at__lt=cutoff,
+        )
+    )
+
+
+def _old_occurrences(cutoff: dt.datetime) -> QuerySet:
+    # An occurrence whose job is unfinished stays: the overlap policy looks for it.
+    return ScheduleOccurrence.objects.filter(occurrence_at__lt=cutoff).filter(
+        Q(job=None) | Q(job__status__in=FINISHED_JOB)
+    )
+
+
+def _contexts_to_blank(cutoff: dt.datetime) -> QuerySet:
+    return Recipient.objects.filter(batch__in=finished_batches(cutoff).values("pk")).exclude(
+        context={}
+    )
+
+
+def _delete(model: Any) -> Callable[[list[Any]], int]:
+    def delete(pks: list[Any]) -> int:
+        return model.objects.filter(pk__in=pks).delete()[1].get(model._meta.label, 0)
+
+    return delete
+
+
+def _prune_jobs_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
+    from scheduler_app.db.postgresql import prune_finished_jobs
+
+    return prune_finished_jobs(cutoff=cutoff, limit=limit)
+
+
+def _blank_contexts(pks: list[Any]) -> int:
+    return Recipient.objects.filter(pk__in=pks).update(context={})
+
+
+KINDS = (
+    Kind(
+        name="jobs",
+        setting="RETENTION_JOBS_DAYS",
+        candidates=finished_jobs,
+        apply=_delete(Job),  # their attempts go with them (ON DELETE CASCADE)
+        on_postgresql=_prune_jobs_on_postgresql,
+    ),
+    Kind(
+        name="occurrences",
+        setting="RETENTION_OCCURRENCES_DAYS",
+        candidates=_old_occurrences,
+        apply=_delete(ScheduleOccurrence),
+    ),
+    Kind(
+        name="control_events",
+        setting="RETENTION_CONTROL_EVENTS_DAYS",
+        candidates=lambda cutoff: ControlEvent.objects.filter(at__lt=cutoff),
+        apply=_delete(ControlEvent),
+    ),
+    Kind(
+        name="recipient_contexts",
+        setting="RETENTION_RECIPIENT_CONTEXT_DAYS",
+        candidates=_contexts_to_blank,
+        apply=_blank_contexts,
+    ),
+    Kind(
+        name="workers",
+        setting="RETENTION_WORKERS_DAYS",
+        candidates=lambda cutoff: WorkerHeartbeat.objects.filter(
+            status__in=GONE_WORKER, last_seen_at__lt=cutoff
+        ),
+        apply=_delete(WorkerHeartbeat),
+    ),
+    Kind(
+        name="alerts",
+        setting="RETENTION_ALERTS_DAYS",
+        candidates=lambda cutoff: Alert.objects.filter(resolved_at__lt=cutoff),
+        apply=_delete(Alert),
+    ),
+)
+REPORTS = "dry_run_reports"
+SETTINGS = {kind.name: kind.setting for kind in KINDS} | {REPORTS: "RETENTION_DRY_RUN_REPORTS_DAYS"}
+
+
+def prune(
+    reference_time: dt.datetime,
+    *,
+    dry_run: bool = False,
+    max_rows: int | None = None,
+    source: str = "command",
+) -> PruneRun:
+    """Prune what each kind's retention lets go, as of ``reference_time``; return the audit row.
+
+    ``dry_run`` counts what would go and deletes nothing. ``max_rows``
+    (default PRUNE_MAX_ROWS) is the breaker: more qualifying rows than that
+    and the run deletes nothing, is recorded as refused and opens an alert.
+    """
+    max_rows = app_settings.PRUNE_MAX_ROWS if max_rows is None else max_rows
+    run = PruneRun.objects.create(
+        reference_time=reference_time,
+        source=source,
+        outcome=PruneRun.Outcome.DRY_RUN if dry_run else PruneRun.Outcome.PRUNED,
+        max_rows=max_rows,
+        started_at=clock.now(),
+    )
+    cutoffs = cutoffs_for(reference_time)
+    try:
+        # Counted up to one past the breaker: the count costs at most max_rows index entries.
+        counts = qualifying(cutoffs, limit=max_rows + 1)
+        if dry_run:
+            _finish(run, PruneRun.Outcome.DRY_RUN, counts, "")
+        elif sum(counts.values()) > max_rows:
+            _refuse(run, counts)
+        else:
+            _finish(run, PruneRun.Outcome.PRUNED, _remove(cutoffs, counts, max_rows), "")
+    except Exception as exc:
+        _finish(run, PruneRun.Outcome.FAILED, run.counts, "%s: %s" % (type(exc).__name__, exc))
+        raise
+    return run
+
+
+def cutoffs_for(reference_time: dt.datetime) -> dict[str, dt.datetime]:
+    """Return kind -> cutoff for the kinds whose retention is set (None keeps forever)."""
+    cutoffs = {}
+    for name, setting in SETTINGS.items():
+        days = getattr(app_settings, setting)
+        if days is not None:
+            cutoffs[name] = reference_time - dt.timedelta(days=days)
+    return cutoffs
+
+
+def qualifying(cutoffs: dict[str, dt.datetime], *, limit: int) -> dict[str, int]:
+    """Return kind -> rows (or files) that qualify, each counted up to ``limit``."""
+    counts = {}
+    for kind in KINDS:
+        if kind.name in cutoffs:
+            counts[kind.name] = kind.candidates(cutoffs[kind.name]).order_by()[:limit].count()
+    if REPORTS in cutoffs:
+        counts[REPORTS] = len(_old_reports(cutoffs[REPORTS])[:limit])
+    return counts
+
+
+def _remove(cutoffs: dict[str, dt.datetime], counts: dict[str, int], budget: int) -> dict:
+    done: dict[str, int] = {}
+    for kind in KINDS:
+        if kind.name in cutoffs:
+            done[kind.name] = _remove_rows(kind, cutoffs[kind.name], budget - sum(done.values()))
+    if REPORTS in cutoffs:
+        done[REPORTS] = _remove_reports(cutoffs[REPORTS], budget - sum(done.values()))
+    return done
+
+
+def _remove_rows(kind: Kind, cutoff: dt.datetime, budget: int) -> int:
+    """Remove ``kind``'s qualifying rows in batches, each in its own transaction."""
+    removed = 0
+    size = app_settings.PRUNE_BATCH_SIZE
+    while removed < budget:
+        with transaction.atomic():
+            pruned = _remove_batch(kind, cutoff, min(size, budget - removed))
+        if not pruned:
+            break
+        logger.debug("pruned a batch kind=%s rows=%s", kind.name, pruned)
+        removed += pruned
+    if removed:
+        logger.info("pruned kind=%s rows=%s cutoff=%s", kind.name, removed, cutoff.isoformat())
+    return removed
+
+
+def _remove_batch(kind: Kind, cutoff: dt.datetime, limit: int) -> int:
+    if kind.on_postgresql is not None and connection.vendor == "postgresql":
+        return kind.on_postgresql(cutoff, limit)
+    # FOR UPDATE re-checks the terminal state on the locked row; SKIP LOCKED leaves a
+    # row some worker holds (e.g. a retry being scheduled) for the next run.
+    pks = list(
+        kind.candidates(cutoff)
+        .order_by()
+        .select_for_update(skip_locked=True, of=("self",))
+        .values_list("pk", flat=True)[:limit]
+    )
+    return kind.apply(pks) if pks else 0
+
+
+def _old_reports(cutoff: dt.datetime) -> list[str]:
+    """Return dry-run report paths written before ``cutoff``, except a live batch's latest."""
+    try:
+        _, names = default_storage.listdir(REPORT_DIR)
+    except FileNotFoundError:
+        return []
+    old = {}
+    for name in sorted(names):
+        match = REPORT_NAME.fullmatch(name)
+        if match is None:
+            continue  # not ours: leave it
+        written = dt.datetime.strptime(match["at"], "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
+        if written < cutoff:
+            old["%s/%s" % (REPORT_DIR, name)] = int(match["batch"])
+    kept = set(
+        SendBatch.objects.filter(dry_run_report__in=list(old))
+        .exclude(status__in=FINISHED_BATCH)
+        .values_list("dry_run_report", flat=True)
+    )
+    return [path for path in old if path not in kept]
+
+
+def _remove_reports(cutoff: dt.datetime, budget: int) -> int:
+    paths = _old_reports(cutoff)[:budget]
+    for path in paths:
+        default_storage.delete(path)
+    SendBatch.objects.filter(status__in=FINISHED_BATCH, dry_run_report__in=paths).update(
+        dry_run_report=""
+    )
+    if paths:
+        logger.info("pruned kind=%s files=%s cutoff=%s", REPORTS, len(paths), cutoff.isoformat())
+    return len(paths)
+
+
+def _finish(run: PruneRun, outcome: str, counts: dict[str, int], detail: str) -> None:
+    run.outcome, run.counts, run.detail, run.finished_at = outcome, counts, detail, clock.now()
+    run.save(update_fields=["outcome", "counts", "detail", "finished_at"])
+    logger.info(
+        "prune run=%s outcome=%s source=%s reference=%s total=%s counts=%s%s",
+        run.pk,
+        outcome,
+        run.source,
+        run.reference_time.isoformat(),
+        run.total,
+        ",".join("%s:%s" % item for item in sorted(counts.items())),
+        " detail=%s" % detail if detail else "",
+    )
+
+
+def _refuse(run: PruneRun, counts: dict[str, int]) -> None:
+    from scheduler_app.alerts import open_alert
+
+    detail = "more than PRUNE_MAX_ROWS (%s) rows qualify (%s): nothing deleted." % (
+        run.max_rows,
+        ", ".join("%s %s" % (count, name) for name, count in sorted(counts.items()) if count),
+    )
+    _finish(run, PruneRun.Outcome.REFUSED, counts, detail)
+    logger.error("prune refused run=%s %s", run.pk, detail)
+    open_alert(**refusal_finding(run))
+
+
+def refusal_finding(run: PruneRun | None = None) -> dict[str, Any] | None:
+    """Return the alert fields for a refused prune, if the latest real run refused."""
+    from scheduler_app.alerts.links import admin_link
+
+    if run is None:
+        run = PruneRun.objects.exclude(outcome=PruneRun.Outcome.DRY_RUN).first()
+        if run is None or run.outcome != PruneRun.Outcome.REFUSED:
+            return None
+    return {
+        "kind": Alert.Kind.PRUNE_REFUSED,
+        "subject": "retention",
+        "summary": "Prune refused: %s Check the counts (scheduler_prune --dry-run), then "
+        "raise PRUNE_MAX_ROWS or run scheduler_prune --max-rows N." % run.detail,
+        "numbers": {"counts": run.counts, "max_rows": run.max_rows},
+        "admin_url": admin_link("scheduler_app_prunerun_change", run.pk),
+    }
+
+
+@task(name=PRUNE_TASK, max_attempts=1)
+def prune_task(job: JobContext) -> dict[str, Any]:
+    """The built-in schedule's task: prune as of the occurrence's scheduled time."""
+    if app_settings.PRUNE_SCHEDULE is None:
+        logger.info("prune skipped: PRUNE_SCHEDULE is None job=%s", job.job_id)
+        return {"skipped": "PRUNE_SCHEDULE is None"}
+    run = prune(job.scheduled_for, source="job:%s" % job.job_id)
+    if run.outcome == PruneRun.Outcome.REFUSED:
+        raise PruneRefused(run.detail)
+    return {"run": run.pk, "counts": run.counts}
+
+
+def builtin_schedule() -> dict[str, dict[str, Any]]:
+    """Return the built-in prune schedule's declaration, or {} when PRUNE_SCHEDULE is None."""
+    cron = app_settings.PRUNE_SCHEDULE
+    if cron is None:
+        return {}
+    return {PRUNE_SCHEDULE_NAME: {"task": PRUNE_TASK, "cron": cron, "timezone": "UTC"}}

@@ -1,0 +1,134 @@
+"""The stale-send guard: a send far past its time waits for an operator.
+
+A batch that would move to sending more than STALE_SEND_AFTER after its
+scheduled time (and undo window) does not start; for local-time deliveries
+the same holds per recipient (each has its own time). The batch is paused
+with a reason starting "stale:" and a ``stale_send`` alert opens. Resuming it
+means "send anyway": the guard then leaves the batch alone. A single message
+(``send_message``) whose first attempt would start that late fails with
+StaleSend ("stale: ...") and an alert; retrying the job sends it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from scheduler_app.alerts.links import admin_link
+from scheduler_app.alerts.store import open_alert, resolve_alert
+from scheduler_app.conf import app_settings
+from scheduler_app.db import database_now
+from scheduler_app.exceptions import StaleSend
+from scheduler_app.models import Alert, Recipient, SendBatch
+from scheduler_app.registry import JobContext
+from scheduler_app.sends import states
+
+
+def stale_after() -> dt.timedelta:
+    return dt.timedelta(seconds=app_settings.STALE_SEND_AFTER)
+
+
+def batch_late_by(batch: SendBatch, now: dt.datetime) -> dt.timedelta | None:
+    """Return how late the batch would start now (after its scheduled time and undo window), or
+    None if that is within STALE_SEND_AFTER.
+
+    Local-time deliveries are judged per recipient (``late_recipient``).
+    """
+    start = states.earliest_start(batch)
+    if batch.stale_send_allowed or start is None or batch.local_delivery_time:
+        return None
+    late = now - start
+    return late if late > stale_after() else None
+
+
+def late_recipient(batch: SendBatch) -> dt.timedelta | None:
+    """Return how late the most overdue first attempt of a local-time batch would start, or None.
+
+    Only recipients due more than STALE_SEND_AFTER ago count (the claim's index finds them).
+    """
+    if batch.stale_send_allowed or not batch.local_delivery_time:
+        return None
+    now = database_now()
+    due_at = (
+        Recipient.objects.filter(
+            batch=batch,
+            status=Recipient.Status.PENDING,
+            is_seed=False,
+            attempts=0,
+            next_attempt_at__lt=now - stale_after(),
+        )
+        .order_by("next_attempt_at")
+        .values_list("next_attempt_at", flat=True)
+        .first()
+    )
+    return None if due_at is None else now - due_at
+
+
+def message_late_by(job: JobContext) -> dt.timedelta | None:
+    """Return how late a single message's first attempt would start now, or None if in time.
+
+    Only the first attempt is guarded: an operator's "retry" of the failed
+    job (a later attempt) sends it anyway.
+    """
+    if job.attempt != 1:
+        return None
+    late = database_now() - job.scheduled_for
+    return late if late > stale_after() else None
+
+
+def refuse_stale_message(job: JobContext, late: dt.timedelta) -> StaleSend:
+    """Open the message's stale_send alert; return the error its job fails with."""
+    error = StaleSend(
+        "%s the message would start %s after its scheduled time (STALE_SEND_AFTER is %ss); "
+        "retry the job to send it anyway."
+        % (
+            states.STALE_PREFIX,
+            dt.timedelta(seconds=int(late.total_seconds())),
+            app_settings.STALE_SEND_AFTER,
+        )
+    )
+    open_alert(
+        kind=Alert.Kind.STALE_SEND,
+        subject="job:%s" % job.job_id,
+        summary="Message job %s was not sent: %s" % (job.job_id, error),
+        numbers={
+            "late_seconds": round(late.total_seconds(), 3),
+            "stale_send_after_seconds": app_settings.STALE_SEND_AFTER,
+        },
+        admin_url=admin_link("scheduler_app_job_change", job.job_id),
+    )
+    return error
+
+
+def pause_stale(batch: SendBatch, late: dt.timedelta, *, what: str) -> bool:
+    """Pause the batch as stale and open its alert; False if it was no longer active."""
+    reason = (
+        "%s %s would start %s after its scheduled time (STALE_SEND_AFTER is %ss); "
+        % (
+            states.STALE_PREFIX,
+            what,
+            dt.timedelta(seconds=int(late.total_seconds())),
+            app_settings.STALE_SEND_AFTER,
+        )
+        + "resume the batch to send anyway, or cancel it."
+    )
+    if not states.pause(batch.pk, reason=reason):
+        return False
+    open_alert(
+        kind=Alert.Kind.STALE_SEND,
+        subject="batch:%s" % batch.pk,
+        summary="Send %r (batch %s) was not started: %s" % (batch.name, batch.pk, reason),
+        numbers={
+            "late_seconds": round(late.total_seconds(), 3),
+            "stale_send_after_seconds": app_settings.STALE_SEND_AFTER,
+        },
+        admin_url=admin_link("scheduler_app_sendbatch_change", batch.pk),
+    )
+    return True
+
+
+def resolve_stale_alert(batch_id: int) -> None:
+    """Resolve the batch's stale_send alert (an operator resumed the batch)."""
+    for alert in Alert.objects.open().filter(
+        kind=Alert.Kind.STALE_SEND, subject="batch:%s" % batch_id
+    ):
+        resolve_alert(alert)

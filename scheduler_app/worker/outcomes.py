@@ -1,0 +1,73 @@
+"""Record attempts' outcomes, fenced by their lease tokens (runworker and Celery alike)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+
+from scheduler_app.cursors import save_cursors
+from scheduler_app.db import backend
+from scheduler_app.models import Job
+from scheduler_app.worker.execution import Finish
+
+logger = logging.getLogger("scheduler_app.worker")
+
+#: The errors that mean "the database is unreachable": the worker waits and reconnects.
+#: Any other database error is about the statement, and waiting would not help.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+
+
+def finish_jobs(finishes: list[Finish], *, worker: str) -> set[int]:
+    """Write outcomes in one statement; return the ids whose lease token still held.
+
+    A success's cursor proposals are saved in the same transaction, and only
+    for the jobs whose outcome the fence accepted.
+    """
+    rows = [finish.as_row() for finish in finishes]
+    proposals = [
+        (finish.job.id, proposal)
+        for finish in finishes
+        if finish.status == Job.Status.SUCCEEDED
+        for proposal in finish.cursors
+    ]
+    if not proposals:
+        return backend().finish_jobs(rows, worker=worker)
+    with transaction.atomic():
+        accepted = backend().finish_jobs(rows, worker=worker)
+        save_cursors((job_id, p) for job_id, p in proposals if job_id in accepted)
+    return accepted
+
+
+def record_one(finish: Finish, *, worker: str) -> set[int]:
+    """Record ``finish``; return {job id} if its lease token still held, else an empty set.
+
+    If the database refuses the outcome, record it again without its result
+    and error text, so the job does not run again for want of a storable
+    outcome. Connection errors propagate: the caller decides how to wait.
+    """
+    job = finish.job
+    try:
+        return finish_jobs([finish], worker=worker)
+    except CONNECTION_ERRORS:
+        raise
+    except DatabaseError as exc:
+        reason = "%s: %s" % (type(exc).__name__, exc)
+    logger.error(
+        "outcome refused by the database, recording it without its result and error text "
+        "job=%s task=%s error=%s",
+        job.id,
+        job.task_name,
+        reason,
+    )
+    try:
+        return finish_jobs([finish.storable(reason)], worker=worker)
+    except CONNECTION_ERRORS:
+        raise
+    except DatabaseError:
+        logger.exception(
+            "outcome dropped, its lease will expire and the job will run again job=%s task=%s",
+            job.id,
+            job.task_name,
+        )
+        return set()

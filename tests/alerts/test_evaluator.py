@@ -1,0 +1,239 @@
+"""The evaluator: delivery through notifiers and signals, failures contained, re-notification,
+acknowledgement, and no duplicates when two evaluators run at once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import http.server
+import json
+import threading
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core import mail
+from django.db import connection
+from django.test import override_settings
+
+from scheduler_app.alerts import acknowledge, open_alert
+from scheduler_app.alerts.evaluator import evaluate
+from scheduler_app.clock import frozen_clock
+from scheduler_app.models import Alert, Job
+from scheduler_app.signals import alert_opened, alert_resolved
+from tests.alerts.helpers import T0, open_alerts
+from tests.alerts.notifiers import Exploding
+
+Kind = Alert.Kind
+HOUR = dt.timedelta(hours=1)
+
+
+def alert_settings(**values):
+    return override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, **values})
+
+
+def alert_mails() -> list:
+    """Return the mails the MailAdmins notifier sent (Django also mails ADMINS logged errors)."""
+    return [m for m in mail.outbox if m.subject.startswith("[Django] [")]
+
+
+def due_job_without_worker() -> Job:
+    """A due job on a queue nobody serves: a no_worker alert (and later an overdue one)."""
+    return Job.objects.create(task_name="tests.noop", scheduled_for=T0, run_at=T0)
+
+
+@pytest.mark.django_db
+def test_a_failing_notifier_is_logged_and_the_others_and_the_signal_still_deliver(
+    caplog, django_capture_on_commit_callbacks
+):
+    received = []
+
+    def receiver(sender, alert, **kwargs):
+        received.append(("opened", alert.subject))
+
+    def broken_receiver(sender, alert, **kwargs):
+        raise RuntimeError("a project's receiver is broken")
+
+    alert_opened.connect(receiver)
+    alert_opened.connect(broken_receiver)
+    Exploding.calls = 0
+    try:
+        with (
+            alert_settings(
+                ALERT_NOTIFIERS=[
+                    "tests.alerts.notifiers.Exploding",
+                    "scheduler_app.alerts.notifiers.MailAdmins",
+                ]
+            ),
+            frozen_clock(T0),
+            caplog.at_level("ERROR", logger="scheduler_app.alerts"),
+        ):
+            due_job_without_worker()
+            with django_capture_on_commit_callbacks(execute=True):
+                evaluation = evaluate()
+    finally:
+        alert_opened.disconnect(receiver)
+        alert_opened.disconnect(broken_receiver)
+
+    assert [a.subject for a in evaluation.opened] == ["queue:default"]
+    assert Exploding.calls == 1
+    alerts_mailed = alert_mails()
+    assert [m.subject for m in alerts_mailed] == ["[Django] [opened] no_worker: queue:default"]
+    assert "No live worker serves queue 'default'" in alerts_mailed[0].body
+    assert received == [("opened", "queue:default")]
+    assert "alert notifier failed notifier=Exploding" in caplog.text
+    assert "alert signal receiver failed" in caplog.text
+
+
+@pytest.mark.django_db
+def test_the_webhook_receives_the_alert_as_json_when_it_opens_and_resolves(
+    django_capture_on_commit_callbacks,
+):
+    bodies = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = "http://127.0.0.1:%s/hook" % server.server_port
+    try:
+        with (
+            alert_settings(
+                ALERT_NOTIFIERS=[{"class": "scheduler_app.alerts.notifiers.Webhook", "url": url}],
+                ADMIN_BASE_URL="https://ops.example.com",
+            ),
+            frozen_clock(T0),
+        ):
+            job = due_job_without_worker()
+            with django_capture_on_commit_callbacks(execute=True):
+                evaluate()
+            Job.objects.filter(pk=job.pk).update(status=Job.Status.CANCELLED)
+            with django_capture_on_commit_callbacks(execute=True):
+                evaluate()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert [(b["event"], b["kind"], b["subject"]) for b in bodies] == [
+        ("opened", "no_worker", "queue:default"),
+        ("resolved", "no_worker", "queue:default"),
+    ]
+    assert bodies[0]["since"] == T0.isoformat()
+    assert bodies[0]["admin_url"] == "https://ops.example.com/admin/scheduler_app/workerheartbeat/"
+    assert bodies[1]["resolved_at"] == T0.isoformat()
+
+
+@pytest.mark.django_db
+def test_an_open_alert_is_renotified_after_the_delay_until_someone_acknowledges_it(
+    django_capture_on_commit_callbacks,
+):
+    resolved = []
+    alert_resolved.connect(lambda sender, alert, **kw: resolved.append(alert.subject), weak=False)
+    user = get_user_model().objects.create_user("ops")
+    with alert_settings(ALERT_RENOTIFY_AFTER=3600, OVERDUE_AFTER=10**6), frozen_clock(T0) as clock:
+        due_job_without_worker()
+        with django_capture_on_commit_callbacks(execute=True):
+            evaluate()
+        clock.advance(dt.timedelta(minutes=59))
+        evaluate()
+        assert len(alert_mails()) == 1
+
+        clock.advance(dt.timedelta(minutes=2))
+        evaluate()
+        assert len(alert_mails()) == 2
+        alert = open_alerts(Kind.NO_WORKER)["queue:default"]
+        assert alert.notifications == 2
+
+        assert acknowledge([alert.pk], by=user) == 1
+        assert acknowledge([alert.pk], by=user) == 0  # already acknowledged
+        clock.advance(3 * HOUR)
+        evaluate()
+        assert len(alert_mails()) == 2
+        alert.refresh_from_db()
+        assert alert.acknowledged_by == user
+        assert alert.acknowledged_at == T0 + dt.timedelta(minutes=61)
+        assert alert.resolved_at is None  # acknowledged, still open until the rule clears
+
+
+@pytest.mark.django_db
+def test_a_rule_that_raises_is_skipped_and_its_open_alerts_are_not_resolved(monkeypatch, caplog):
+    from scheduler_app.alerts import rules
+
+    with frozen_clock(T0):
+        due_job_without_worker()
+        evaluate()
+        assert set(open_alerts()) == {"queue:default"}
+
+        def broken(situation):
+            raise ZeroDivisionError("bug in a rule")
+
+        monkeypatch.setitem(rules.RULES, Kind.NO_WORKER, broken)
+        with caplog.at_level("ERROR", logger="scheduler_app.alerts"):
+            evaluation = evaluate()
+    assert evaluation.failed_rules == (Kind.NO_WORKER,)
+    assert set(open_alerts()) == {"queue:default"}
+    assert "alert rule failed kind=no_worker" in caplog.text
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_two_evaluators_on_separate_connections_open_each_alert_once():
+    due_job_without_worker()
+    barrier = threading.Barrier(2)
+    results, errors = [], []
+
+    def contender():
+        try:
+            barrier.wait(timeout=10)
+            results.append(evaluate())
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    # The clock is one global: frozen here, not in each thread, or the thread that
+    # leaves last would restore the other's frozen time.
+    with frozen_clock(T0):
+        for _ in range(5):
+            threads = [threading.Thread(target=contender) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=30)
+    assert not errors
+    assert len(results) == 10
+    assert Alert.objects.filter(kind=Kind.NO_WORKER).count() == 1
+    assert sum(len(r.opened) for r in results) == 1
+    assert len(alert_mails()) == 1
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_two_processes_opening_the_same_alert_at_once_end_with_one_row():
+    barrier = threading.Barrier(2)
+    outcomes, errors = [], []
+
+    def contender():
+        try:
+            barrier.wait(timeout=10)
+            outcomes.append(open_alert(kind=Kind.STALE_SEND, subject="batch:1", summary="stale")[1])
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=contender) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not errors
+    assert sorted(outcomes) == [False, True]
+    assert Alert.objects.filter(kind=Kind.STALE_SEND).count() == 1

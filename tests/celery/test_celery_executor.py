@@ -1,0 +1,207 @@
+"""The Celery executor with real Celery workers on RabbitMQ and on Redis (never eager mode)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import signal
+
+import pytest
+from django.db.models import Count
+
+from scheduler_app import clock, controls
+from scheduler_app.cancellation import CancelOutcome, cancel
+from scheduler_app.celery.publishing import ask_for_confirms, publish_jobs
+from scheduler_app.db import backend
+from scheduler_app.models import Job, JobAttempt, SendBatch
+from scheduler_app.scheduling import schedule, schedule_many
+from scheduler_app.worker.execution import ClaimedJob
+from tests.celery.conftest import LEASE
+from tests.celery_app import make_app
+from tests.helpers import wait_for_status, wait_until
+from tests.sends_processes.conftest import assert_completed_once, batch_status, make_batch
+from tests.testapp.models import Run
+
+pytestmark = [
+    pytest.mark.celery,
+    pytest.mark.postgres_only,
+    pytest.mark.django_db(transaction=True),
+]
+
+Status = Job.Status
+Outcome = JobAttempt.Outcome
+
+
+def all_finished() -> bool:
+    return not Job.objects.unfinished().exists()
+
+
+def claim_as(worker: str, job: Job) -> ClaimedJob:
+    """Claim ``job`` as a relay named ``worker`` would (the same claim statement)."""
+    now = clock.now()
+    rows = backend().claim_jobs(
+        worker=worker, queues=[job.queue], limit=1, now=now, lease=dt.timedelta(seconds=30)
+    )
+    assert [row[0] for row in rows] == [job.pk]
+    return ClaimedJob.from_row(rows[0], started_at=now)
+
+
+def test_jobs_drain_exactly_once(broker, relay, celery_worker):
+    """1,000 jobs relayed to a Celery worker each run exactly once, in the Celery worker."""
+    count = 1000
+    job_ids = {job.pk for job in schedule_many("tests.record", [{}] * count)}
+    relay_process = relay()
+    worker = celery_worker()
+    wait_until(all_finished, timeout=90, interval=0.2, message="every job to finish")
+
+    assert Job.objects.filter(status=Status.SUCCEEDED).count() == count
+    assert set(Run.objects.values_list("job_id", flat=True)) == job_ids
+    assert not Run.objects.values("job_id").annotate(n=Count("id")).filter(n__gt=1).exists()
+    assert set(Run.objects.values_list("pid", flat=True)) == {worker.pid}
+    assert relay_process.pid != worker.pid
+    succeeded = JobAttempt.objects.filter(outcome=Outcome.SUCCEEDED)
+    assert succeeded.count() == count
+    # Jobs waited in the broker far longer than the 2 s lease: the relay renewed them.
+    assert JobAttempt.objects.count() == count, "leases expired or jobs were handed back"
+    worker_ids = set(succeeded.values_list("worker_id", flat=True))
+    assert all(worker_id.endswith(":%s" % worker.pid) for worker_id in worker_ids), worker_ids
+
+
+def test_sigkill_of_the_celery_worker_mid_job_runs_it_again_after_its_lease(
+    broker, relay, celery_worker, tmp_path
+):
+    """A Celery worker SIGKILLed mid-job loses nothing: after its lease the job runs again."""
+    flag = tmp_path / "release"
+    job = schedule("tests.block_until_flag", {"flag": str(flag)})
+    relay()
+    doomed = celery_worker()
+    wait_until(lambda: Run.objects.filter(job_id=job.pk).exists(), message="the job to start")
+
+    doomed.kill()
+    assert doomed.proc.returncode == -signal.SIGKILL
+    flag.touch()
+    rescuer = celery_worker()
+    wait_for_status(job, Status.SUCCEEDED, timeout=30)
+
+    assert list(Run.objects.filter(job_id=job.pk).values_list("attempt", "pid")) == [
+        (1, doomed.pid),
+        (2, rescuer.pid),
+    ]
+    outcomes = JobAttempt.objects.filter(job_id=job.pk).order_by("attempt")
+    assert list(outcomes.values_list("attempt", "outcome")) == [
+        (1, Outcome.LEASE_EXPIRED),
+        (2, Outcome.SUCCEEDED),
+    ]
+
+
+def test_a_duplicate_delivery_runs_the_handler_once(broker, celery_worker):
+    """The same message delivered twice: the first delivery runs it, the second is refused."""
+    job = schedule("tests.record", {})
+    claimed = claim_as("test-relay", job)
+    app = make_app(broker.url)
+    assert publish_jobs(app, [("default", claimed)] * 2, lease_seconds=float(LEASE)) == 2
+
+    worker = celery_worker()
+    wait_for_status(job, Status.SUCCEEDED)
+    worker.wait_for_output("delivery refused, its lease token is spent")
+
+    assert Run.objects.filter(job_id=job.pk).count() == 1
+    assert JobAttempt.objects.filter(job_id=job.pk).count() == 1
+
+
+def test_a_job_cancelled_before_publishing_never_runs(broker, relay, celery_worker):
+    """A cancelled job is never published; a job scheduled after it runs."""
+    cancelled = schedule("tests.record", {})
+    assert cancel(cancelled.pk) == CancelOutcome.CANCELLED
+    later = schedule("tests.record", {})
+    relay()
+    celery_worker()
+    wait_for_status(later, Status.SUCCEEDED)
+
+    assert not Run.objects.filter(job_id=cancelled.pk).exists()
+    assert Job.objects.get(pk=cancelled.pk).status == Status.CANCELLED
+
+
+def test_a_kill_switch_flipped_after_publishing_hands_the_job_back(broker, celery_worker):
+    """A job published before its queue was paused is handed back unrun, its attempt refunded."""
+    job = schedule("tests.record", {})
+    claimed = claim_as("test-relay", job)
+    assert publish_jobs(make_app(broker.url), [("default", claimed)], lease_seconds=2.0) == 1
+    controls.pause("queue", "default", reason="Stop the default queue.")
+
+    celery_worker()
+    wait_until(
+        lambda: JobAttempt.objects.filter(job_id=job.pk, outcome=Outcome.INTERRUPTED).exists(),
+        message="the hand-back",
+    )
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.worker_id) == (Status.PENDING, 0, "")
+    assert "kill switch" in job.last_error
+    assert not Run.objects.filter(job_id=job.pk).exists()
+
+
+def test_a_lost_message_is_published_again(broker, relay, celery_worker):
+    """A message lost in the broker: the relay hands the job back after CELERY_MAX_BROKER_WAIT
+    and publishes it again; the job runs once."""
+    job = schedule("tests.record", {})
+    relay_process = relay(env={"SCHEDULER_CELERY_MAX_BROKER_WAIT": "1"})
+    wait_until(
+        lambda: Job.objects.filter(pk=job.pk, status=Status.RUNNING).exists(),
+        message="the job to be published",
+    )
+    with make_app(broker.url).connection_for_write() as conn:
+
+        def lose_the_message() -> int:
+            channel = conn.channel()
+            try:
+                return channel.queue_purge(broker.queue()) or 0
+            except conn.channel_errors:
+                return 0  # RabbitMQ: the relay has not declared the queue yet
+            finally:
+                conn.maybe_close_channel(channel)
+
+        wait_until(lose_the_message, message="the message to be lost")
+    relay_process.wait_for_output("published job not started within CELERY_MAX_BROKER_WAIT")
+    celery_worker()
+    wait_for_status(job, Status.SUCCEEDED)
+
+    assert Run.objects.filter(job_id=job.pk).count() == 1
+
+
+def test_a_send_batch_completes_through_celery(broker, relay, celery_worker):
+    """A bulk send's lanes run as Celery jobs: every recipient is sent exactly once."""
+    recipients = 300
+    batch = make_batch(recipients)
+    relay()
+    celery_worker()
+    wait_until(
+        lambda: batch_status(batch) == SendBatch.Status.COMPLETED,
+        timeout=60,
+        interval=0.1,
+        message="the batch to complete",
+    )
+    assert_completed_once(batch, recipients)
+
+
+@pytest.mark.parametrize("broker", ["redis"], indirect=True)
+def test_a_publish_the_broker_refuses_hands_the_job_back(broker, relay):
+    """With no broker to publish to, the relay hands each claimed job back: never lost."""
+    job = schedule("tests.record", {})
+    unreachable = relay(env={"SCHEDULER_TEST_BROKER": "redis://127.0.0.1:1/0"})
+    unreachable.wait_for_output("publish failed, handing back the rest of the batch")
+    wait_until(
+        lambda: JobAttempt.objects.filter(job_id=job.pk, outcome=Outcome.INTERRUPTED).exists(),
+        message="the hand-back",
+    )
+    unreachable.kill()
+    job.refresh_from_db()
+    assert (job.status, job.attempts, job.worker_id) == (Status.PENDING, 0, "")
+    assert job.last_error.endswith("could not publish it to Celery.")
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
+def test_the_relay_publishes_to_rabbitmq_with_confirms(broker):
+    """RabbitMQ: the relay's publishes wait for the broker's confirm."""
+    app = make_app(broker.url)
+    ask_for_confirms(app)
+    with app.connection_for_write() as conn:
+        assert conn.default_channel.connection.confirm_publish is True

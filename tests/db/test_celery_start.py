@@ -1,0 +1,79 @@
+"""The Celery executor's start: one guarded UPDATE consumes the relay's lease token."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from scheduler_app import clock
+from scheduler_app.celery.execution import run_published, start
+from scheduler_app.db import backend
+from scheduler_app.models import Job
+from scheduler_app.scheduling import schedule
+from scheduler_app.worker.execution import ClaimedJob, hand_back
+from scheduler_app.worker.outcomes import record_one
+from tests.testapp.models import Run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LEASE = dt.timedelta(seconds=30)
+
+
+def publish(job: Job) -> ClaimedJob:
+    """Claim ``job`` as the relay does before publishing it."""
+    now = clock.now()
+    (row,) = backend().claim_jobs(worker="relay", queues=[job.queue], limit=1, now=now, lease=LEASE)
+    return ClaimedJob.from_row(row, started_at=now)
+
+
+def test_start_consumes_the_token_so_a_second_delivery_is_refused():
+    job = schedule("tests.record", {"n": 1}, queue="emails")
+    published = publish(job)
+
+    started, queue = start(job.pk, published.lease_token, worker_id="celery-a", lease=LEASE)
+    assert (started.id, started.task_name, started.payload, queue) == (
+        job.pk,
+        "tests.record",
+        {"n": 1},
+        "emails",
+    )
+    assert started.lease_token == published.lease_token + 1
+    assert start(job.pk, published.lease_token, worker_id="celery-b", lease=LEASE) is None
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.status, stored.worker_id, stored.attempts) == ("running", "celery-a", 1)
+
+
+def test_the_relays_token_no_longer_records_an_outcome_once_started():
+    """A relay handing back a job a Celery worker already started changes nothing."""
+    job = schedule("tests.record", {})
+    published = publish(job)
+    start(job.pk, published.lease_token, worker_id="celery-a", lease=LEASE)
+
+    assert record_one(hand_back(published, "relay stopping"), worker="relay") == set()
+    assert Job.objects.get(pk=job.pk).status == "running"
+
+
+def test_a_message_of_a_handed_back_job_is_refused_and_runs_nothing():
+    job = schedule("tests.record", {})
+    published = publish(job)
+    assert record_one(hand_back(published, "relay stopping"), worker="relay") == {job.pk}
+
+    outcome = run_published(job.pk, published.lease_token, worker_id="celery-a", lease=LEASE)
+
+    assert outcome == "refused"
+    assert not Run.objects.exists()
+    assert Job.objects.get(pk=job.pk).status == "pending"
+
+
+def test_run_published_runs_and_records_the_job_once():
+    job = schedule("tests.record", {})
+    published = publish(job)
+
+    assert run_published(job.pk, published.lease_token, worker_id="w", lease=LEASE) == "succeeded"
+    assert run_published(job.pk, published.lease_token, worker_id="w", lease=LEASE) == "refused"
+
+    assert Run.objects.filter(job_id=job.pk).count() == 1
+    history = Job.objects.get().attempt_history()
+    assert [(a.worker_id, a.outcome) for a in history] == [("w", "succeeded")]
+    assert Job.objects.get(pk=job.pk).status == "succeeded"

@@ -1,0 +1,97 @@
+"""finish_and_claim(): a worker records one batch's outcomes and claims the next batch in
+one round trip and one transaction (issue #14, decision 3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+
+from scheduler_app import clock, schedule_many
+from scheduler_app.db import backend
+from scheduler_app.models import Job
+from scheduler_app.worker.execution import ClaimedJob, Finish
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+Status = Job.Status
+LEASE = dt.timedelta(seconds=30)
+
+
+def claim(limit: int) -> list[ClaimedJob]:
+    now = clock.now()
+    rows = backend().claim_jobs(worker="w", queues=["default"], limit=limit, now=now, lease=LEASE)
+    return [ClaimedJob.from_row(row, started_at=now) for row in rows]
+
+
+def succeeded(job: ClaimedJob) -> tuple:
+    return Finish(
+        job=job, status="succeeded", outcome="succeeded", finished_at=clock.now()
+    ).as_row()
+
+
+def claim_arguments(limit: int) -> dict:
+    return {
+        "worker": "w",
+        "queues": ["default"],
+        "limit": limit,
+        "now": clock.now(),
+        "lease": LEASE,
+    }
+
+
+def test_finish_and_claim_records_outcomes_and_claims_the_next_jobs():
+    schedule_many("tests.record", [{}] * 4)
+    first = claim(2)
+
+    accepted, rows = backend().finish_and_claim(
+        [succeeded(job) for job in first], **claim_arguments(10)
+    )
+
+    assert accepted == {job.id for job in first}
+    assert Job.objects.filter(status=Status.SUCCEEDED).count() == 2
+    assert sorted(row[0] for row in rows) == sorted(
+        Job.objects.filter(status=Status.RUNNING).values_list("id", flat=True)
+    )
+    assert len(rows) == 2
+
+
+def test_stale_outcomes_are_refused_and_the_claim_still_happens():
+    schedule_many("tests.record", [{}] * 2)
+    [job] = claim(1)
+    Job.objects.filter(pk=job.id).update(lease_token=job.lease_token + 1)  # rescued meanwhile
+
+    accepted, rows = backend().finish_and_claim([succeeded(job)], **claim_arguments(10))
+
+    assert accepted == set()
+    assert Job.objects.get(pk=job.id).status == Status.RUNNING
+    assert len(rows) == 1
+
+
+@pytest.mark.postgres_only
+def test_finish_and_claim_commit_together_in_one_transaction():
+    schedule_many("tests.record", [{}] * 2)
+    [done] = claim(1)
+
+    accepted, [row] = backend().finish_and_claim([succeeded(done)], **claim_arguments(1))
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, xmin::text FROM scheduler_app_job WHERE id IN (%s, %s)", [done.id, row[0]]
+        )
+        xmins = dict(cursor.fetchall())
+    assert accepted == {done.id}
+    assert xmins[done.id] == xmins[row[0]]  # written by the same transaction
+
+
+@pytest.mark.postgres_only
+def test_a_failing_claim_leaves_the_outcomes_unrecorded():
+    schedule_many("tests.record", [{}] * 2)
+    [done] = claim(1)
+    arguments = {**claim_arguments(1), "limit": -1}  # LIMIT -1: an error in the claim
+
+    with pytest.raises(Exception, match="LIMIT must not be negative"):
+        backend().finish_and_claim([succeeded(done)], **arguments)
+
+    assert Job.objects.get(pk=done.id).status == Status.RUNNING

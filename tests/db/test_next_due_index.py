@@ -1,0 +1,79 @@
+"""The idle worker's "when is the next job due" look-up reads one index entry, never sorts
+every pending job (issue #14: cost must stay flat as the backlog grows)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+
+from scheduler_app import clock
+from scheduler_app.models import Job
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
+
+
+def test_next_due_lookup_uses_the_next_due_index_without_sorting():
+    now = clock.now()
+    Job.objects.bulk_create(
+        Job(
+            task_name="tests.record",
+            queue="default" if n % 2 else "other",
+            priority=n % 3,
+            scheduled_for=now + dt.timedelta(minutes=n),
+            run_at=now + dt.timedelta(minutes=n),
+        )
+        for n in range(5000)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduler_app_job")
+
+    queryset = Job.objects.by_due_time(["default"], {"tests.paused"})
+    plan = queryset.explain()
+
+    assert "scheduler_job_next_due" in plan
+    assert "Sort" not in plan
+    assert queryset.first().run_at == now + dt.timedelta(minutes=1)
+
+
+def test_claim_reads_the_claim_index_in_order_when_statistics_know_no_backlog():
+    """A burst after a quiet spell: statistics say nothing is pending; the claim must still
+    read scheduler_job_claimable in claim order, not sort every due job."""
+    from scheduler_app.db import postgresql as pg
+
+    now = clock.now()
+    past = now - dt.timedelta(hours=1)
+    history = [
+        Job(
+            task_name="tests.record",
+            status=Job.Status.SUCCEEDED,
+            scheduled_for=past,
+            run_at=past,
+            started_at=past,
+            finished_at=past,
+            attempts=1,
+        )
+        for _ in range(5000)
+    ]
+    Job.objects.bulk_create(history)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduler_app_job")
+    Job.objects.bulk_create(
+        Job(task_name="tests.record", scheduled_for=past, run_at=past) for _ in range(5000)
+    )
+    params = {
+        "worker": "w",
+        "queues": ["default"],
+        "limit": 10,
+        "started": now,
+        "frozen": None,
+        "lease": dt.timedelta(seconds=30),
+        "paused_tasks": [],
+    }
+    with pg.bound_cursor() as cursor:
+        cursor.execute("EXPLAIN " + pg.CLAIM, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+
+    assert "scheduler_job_claimable" in plan, plan
+    assert "Sort" not in plan, plan

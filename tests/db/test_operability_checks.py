@@ -1,0 +1,110 @@
+"""Targets where tasks and schedules are declared, and the operability settings' checks."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from scheduler_app.checks import check_operability
+from scheduler_app.exceptions import ValidationError
+from scheduler_app.models import Schedule
+from scheduler_app.registry import task
+from scheduler_app.schedules.declared import sync_declared_schedules
+from scheduler_app.targets import Targets
+
+
+def with_settings(**changes):
+    return override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, **changes})
+
+
+def ids(problems):
+    return [problem.id for problem in problems]
+
+
+def test_the_test_settings_pass_the_operability_checks():
+    assert check_operability() == []
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"ALERT_INTERVAL": 0}, ["scheduler_app.E040"]),
+        ({"STALE_SEND_AFTER": "1h"}, ["scheduler_app.E040"]),
+        ({"FAILING_RATE": 1}, ["scheduler_app.E041"]),
+        ({"ADMIN_BASE_URL": "ops.example.com"}, ["scheduler_app.E042"]),
+        ({"WORKER_LOST_AFTER": 15, "WORKER_HEARTBEAT_INTERVAL": 10}, ["scheduler_app.E043"]),
+        ({"ALERT_NOTIFIERS": "scheduler_app.alerts.notifiers.MailAdmins"}, ["scheduler_app.E044"]),
+        (
+            {"ALERT_NOTIFIERS": ["scheduler_app.alerts.notifiers.Nope"]},
+            ["scheduler_app.E044", "scheduler_app.W040"],
+        ),
+        (
+            {"ALERT_NOTIFIERS": [{"class": "scheduler_app.alerts.notifiers.Webhook", "url": "x"}]},
+            ["scheduler_app.E044", "scheduler_app.W040"],
+        ),
+    ],
+)
+def test_bad_operability_settings_get_their_ids(changes, expected):
+    with with_settings(**changes):
+        assert ids(check_operability()) == expected
+
+
+def test_no_notifier_that_would_deliver_is_a_warning():
+    with override_settings(ADMINS=[]):
+        problems = check_operability()
+    assert ids(problems) == ["scheduler_app.W040"]
+    assert problems[0].level == 30
+    webhook = {"class": "scheduler_app.alerts.notifiers.Webhook", "url": "https://hooks.example"}
+    with override_settings(ADMINS=[]), with_settings(ALERT_NOTIFIERS=[webhook]):
+        assert check_operability() == []
+
+
+def test_task_targets_are_validated_where_the_task_is_declared():
+    @task(
+        name="tests.ops.targets",
+        lateness_target=30,
+        expected_every=dt.timedelta(hours=26),
+        count_key="rows",
+        zero_runs_alert=3,
+    )
+    def declared(ctx):
+        return None
+
+    assert declared.targets == Targets(
+        lateness_target=dt.timedelta(seconds=30),
+        expected_every=dt.timedelta(hours=26),
+        count_key="rows",
+        zero_runs_alert=3,
+    )
+    with pytest.raises(ValidationError, match="zero_runs_alert needs a count_key"):
+        task(name="tests.ops.bad_targets", zero_runs_alert=3)(lambda ctx: None)
+    with pytest.raises(ValidationError, match="max_runtime must be positive"):
+        task(name="tests.ops.bad_targets", max_runtime=0)(lambda ctx: None)
+
+
+@pytest.mark.django_db
+def test_code_owns_the_targets_of_a_declared_schedule_and_a_sync_overwrites_admin_edits():
+    declared = {
+        "nightly": {
+            "task": "tests.noop",
+            "cron": "0 3 * * *",
+            "expected_every": 26 * 3600,
+            "count_key": "processed",
+            "zero_runs_alert": 2,
+        }
+    }
+    with with_settings(SCHEDULES=declared):
+        sync_declared_schedules()
+        Schedule.objects.filter(name="nightly").update(
+            expected_every=dt.timedelta(hours=1), zero_runs_alert=9
+        )
+        sync_declared_schedules()
+    stored = Schedule.objects.get(name="nightly")
+    assert (stored.expected_every, stored.count_key, stored.zero_runs_alert) == (
+        dt.timedelta(hours=26),
+        "processed",
+        2,
+    )

@@ -1,0 +1,336 @@
+"""Retention: only terminal rows older than the cutoff go, in batches, behind a breaker, audited."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pytest
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+
+from scheduler_app import clock, schedule
+from scheduler_app.alerts import evaluate
+from scheduler_app.clock import frozen_clock
+from scheduler_app.models import (
+    Alert,
+    ControlEvent,
+    Job,
+    JobAttempt,
+    PruneRun,
+    Recipient,
+    Schedule,
+    ScheduleOccurrence,
+    SendBatch,
+    WorkerHeartbeat,
+)
+from scheduler_app.retention import PRUNE_SCHEDULE_NAME, PRUNE_TASK, prune
+from scheduler_app.schedules.declared import declared_schedules
+from tests.helpers import running_worker, wait_for_status
+
+T0 = dt.datetime(2026, 3, 2, 3, 30, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+Status = Job.Status
+BatchStatus = SendBatch.Status
+
+
+def job(status, *, finished_ago=None, at=T0, attempts=0):
+    """A job in ``status`` that finished ``finished_ago`` before T0 (with ``attempts`` rows)."""
+    finished = T0 - finished_ago if finished_ago is not None else None
+    row = Job.objects.create(
+        task_name="tests.record",
+        scheduled_for=finished or at,
+        run_at=finished or at,
+        status=status,
+        finished_at=finished,
+    )
+    for number in range(1, attempts + 1):
+        JobAttempt.objects.create(
+            job=row,
+            attempt=number,
+            task_name=row.task_name,
+            due_at=finished,
+            started_at=finished,
+            finished_at=finished,
+            outcome=JobAttempt.Outcome.SUCCEEDED,
+        )
+    return row
+
+
+def batch(status, *, changed_ago, recipients=2, **fields):
+    changed = T0 - changed_ago
+    row = SendBatch.objects.create(
+        name="news",
+        subject_template="s",
+        text_template="t",
+        audience="tests.customers",
+        expected_max_audience=100,
+        status=status,
+        status_changed_at=changed,
+        finished_at=changed if status == BatchStatus.COMPLETED else None,
+        **fields,
+    )
+    for n in range(recipients):
+        Recipient.objects.create(
+            batch=row, recipient_key=str(n), address="r%s@example.com" % n, context={"name": "Ada"}
+        )
+    return row
+
+
+def contexts(batch_row):
+    return sorted(str(r) for r in batch_row.recipients.values_list("context", flat=True))
+
+
+def exists(row) -> bool:
+    return type(row).objects.filter(pk=row.pk).exists()
+
+
+@pytest.mark.django_db
+def test_only_terminal_rows_older_than_the_cutoff_go():
+    old, recent = 31 * DAY, 29 * DAY
+    gone = [
+        job(Status.SUCCEEDED, finished_ago=old, attempts=2),
+        job(Status.FAILED, finished_ago=old),
+        job(Status.CANCELLED, finished_ago=old),
+    ]
+    kept = [
+        job(Status.SUCCEEDED, finished_ago=recent),
+        # Positive conditions: whatever their age, unfinished jobs are never selected.
+        job(Status.PENDING, at=T0 - 400 * DAY),
+        job(Status.RUNNING, at=T0 - 400 * DAY),
+    ]
+    finished_batch = batch(BatchStatus.COMPLETED, changed_ago=old)
+    live = [
+        batch(status, changed_ago=400 * DAY)
+        for status in (BatchStatus.SCHEDULED, BatchStatus.SENDING, BatchStatus.PAUSED)
+    ]
+    schedule_row = Schedule.objects.create(
+        name="nightly", task_name="tests.record", cron="0 3 * * *"
+    )
+    occurrence_of_running = ScheduleOccurrence.objects.create(
+        schedule=schedule_row, occurrence_at=T0 - 400 * DAY, outcome="enqueued", job=kept[2]
+    )
+    occurrence_of_finished = ScheduleOccurrence.objects.create(
+        schedule=schedule_row, occurrence_at=T0 - 100 * DAY, outcome="enqueued", job=gone[0]
+    )
+    resolved = Alert.objects.create(
+        kind="late",
+        subject="task:a",
+        summary="s",
+        opened_at=T0 - 100 * DAY,
+        resolved_at=T0 - 91 * DAY,
+    )
+    still_open = Alert.objects.create(
+        kind="late", subject="task:b", summary="s", opened_at=T0 - 400 * DAY
+    )
+    heartbeat = {"host": "h", "pid": 1, "concurrency": 1, "started_at": T0 - 400 * DAY}
+    lost = WorkerHeartbeat.objects.create(
+        worker_id="lost", status="lost", last_seen_at=T0 - 8 * DAY, **heartbeat
+    )
+    alive = WorkerHeartbeat.objects.create(
+        worker_id="alive", status="alive", last_seen_at=T0 - 400 * DAY, **heartbeat
+    )
+    old_event = ControlEvent.objects.create(
+        scope="queue", target="q", action="pause", at=T0 - 366 * DAY
+    )
+    new_event = ControlEvent.objects.create(
+        scope="queue", target="q", action="pause", at=T0 - 364 * DAY
+    )
+
+    run = prune(T0)
+
+    assert not any(exists(row) for row in gone)
+    assert not JobAttempt.objects.filter(job_id=gone[0].pk).exists()
+    assert all(exists(row) for row in kept)
+    assert contexts(finished_batch) == ["{}", "{}"]  # blanked; the sent markers stay
+    assert finished_batch.recipients.count() == 2
+    for row in live:
+        assert contexts(row) == ["{'name': 'Ada'}"] * 2
+    assert exists(occurrence_of_running)
+    assert not exists(occurrence_of_finished)
+    assert not exists(resolved) and exists(still_open)
+    assert not exists(lost) and exists(alive)
+    assert not exists(old_event) and exists(new_event)
+    assert run.outcome == PruneRun.Outcome.PRUNED
+    assert run.counts == {
+        "jobs": 3,
+        "occurrences": 1,
+        "control_events": 1,
+        "recipient_contexts": 2,
+        "workers": 1,
+        "alerts": 1,
+        "dry_run_reports": 0,
+    }
+
+
+def test_the_postgresql_prune_statement_handles_every_relation_to_the_job_table():
+    """PRUNE_JOBS deletes attempts, unlinks occurrences and cursors; a new relation fails here."""
+    relations = {
+        (field.related_model.__name__, field.on_delete.__name__)
+        for field in Job._meta.get_fields(include_hidden=True)
+        if field.one_to_many and field.auto_created
+    }
+    assert relations == {
+        ("JobAttempt", "CASCADE"),
+        ("ScheduleOccurrence", "SET_NULL"),
+        ("SyncCursor", "SET_NULL"),
+    }
+
+
+@pytest.mark.django_db
+def test_a_kind_whose_retention_is_none_is_kept():
+    finished = job(Status.SUCCEEDED, finished_ago=1000 * DAY)
+    with override_settings(SCHEDULER_APP={"RETENTION_JOBS_DAYS": None}):
+        run = prune(T0)
+    assert exists(finished)
+    assert "jobs" not in run.counts
+
+
+@pytest.mark.django_db
+@override_settings(SCHEDULER_APP={"PRUNE_BATCH_SIZE": 2})
+def test_rows_go_in_batches_of_prune_batch_size(caplog):
+    for _ in range(5):
+        job(Status.SUCCEEDED, finished_ago=40 * DAY)
+    with caplog.at_level(logging.DEBUG, logger="scheduler_app.retention"):
+        run = prune(T0)
+    batches = [r.getMessage() for r in caplog.records if "pruned a batch" in r.getMessage()]
+    assert batches == ["pruned a batch kind=jobs rows=%s" % n for n in (2, 2, 1)]
+    assert run.counts["jobs"] == 5
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
+@override_settings(SCHEDULER_APP={"PRUNE_MAX_ROWS": 3})
+def test_the_breaker_refuses_deletes_nothing_and_alerts_until_a_prune_succeeds(caplog):
+    rows = [job(Status.SUCCEEDED, finished_ago=40 * DAY) for _ in range(4)]
+    refused = pytest.raises(CommandError, match=r"Refused: more than PRUNE_MAX_ROWS \(3\) rows")
+    with caplog.at_level(logging.ERROR, logger="scheduler_app.retention"), refused:
+        call_command("scheduler_prune")
+    assert all(exists(row) for row in rows)
+    run = PruneRun.objects.get()
+    assert run.outcome == PruneRun.Outcome.REFUSED
+    assert run.counts["jobs"] == 4  # counted up to one past the breaker
+    assert "prune refused run=%s" % run.pk in caplog.text
+    alert = Alert.objects.open().get(kind=Alert.Kind.PRUNE_REFUSED)
+    assert alert.numbers == {"counts": run.counts, "max_rows": 3}
+    assert alert.admin_url == "/admin/scheduler_app/prunerun/%s/change/" % run.pk
+    assert "scheduler_prune --max-rows N" in alert.summary
+
+    evaluate()  # the rule keeps it open while the latest real run is a refusal
+    assert Alert.objects.open().filter(kind=Alert.Kind.PRUNE_REFUSED).exists()
+
+    call_command("scheduler_prune", "--dry-run")  # a dry-run changes nothing
+    evaluate()
+    assert Alert.objects.open().filter(kind=Alert.Kind.PRUNE_REFUSED).exists()
+
+    call_command("scheduler_prune", "--max-rows", "10")
+    assert not Job.objects.exists()
+    evaluate()
+    assert not Alert.objects.open().filter(kind=Alert.Kind.PRUNE_REFUSED).exists()
+
+
+@pytest.mark.django_db
+def test_dry_run_prints_what_would_go_and_deletes_nothing(capsys):
+    old = job(Status.FAILED, finished_ago=31 * DAY)
+    call_command("scheduler_prune", "--dry-run")
+    out = capsys.readouterr().out
+    assert "jobs                 would remove 1 (older than" in out
+    assert "30 days)" in out
+    assert exists(old)
+    run = PruneRun.objects.get()
+    assert run.outcome == PruneRun.Outcome.DRY_RUN
+    assert run.counts["jobs"] == 1
+    assert "prune run %s: dry_run, 1 rows" % run.pk in out
+
+
+@pytest.mark.django_db
+def test_every_run_leaves_an_audit_row_and_a_log_line(caplog):
+    job(Status.SUCCEEDED, finished_ago=32 * DAY)
+    with caplog.at_level(logging.INFO, logger="scheduler_app.retention"), frozen_clock(T0):
+        run = prune(T0 - DAY, source="job:7")
+    run.refresh_from_db()
+    assert (run.source, run.reference_time, run.outcome) == ("job:7", T0 - DAY, "pruned")
+    assert run.started_at == run.finished_at == T0
+    assert run.max_rows == 1_000_000
+    assert (
+        "prune run=%s outcome=pruned source=job:7 reference=%s total=1 "
+        "counts=alerts:0,control_events:0,dry_run_reports:0,jobs:1,occurrences:0,"
+        "recipient_contexts:0,workers:0" % (run.pk, (T0 - DAY).isoformat())
+    ) in caplog.text
+
+
+@pytest.mark.django_db
+def test_old_dry_run_reports_go_except_the_latest_of_a_batch_that_has_not_finished(
+    tmp_path, settings
+):
+    settings.MEDIA_ROOT = str(tmp_path)  # pytest-django's fixture: restored afterwards
+
+    def report(batch_id, written):
+        name = "scheduler_app/dry-runs/batch-%s-%s.txt" % (
+            batch_id,
+            written.strftime("%Y%m%dT%H%M%SZ"),
+        )
+        return default_storage.save(name, ContentFile(b"report"))
+
+    draft = batch(BatchStatus.DRAFT, changed_ago=DAY)
+    done = batch(BatchStatus.COMPLETED, changed_ago=40 * DAY)
+    superseded = report(draft.pk, T0 - 50 * DAY)
+    latest_of_draft = report(draft.pk, T0 - 45 * DAY)
+    of_done = report(done.pk, T0 - 45 * DAY)
+    recent = report(done.pk, T0 - DAY)
+    SendBatch.objects.filter(pk=draft.pk).update(dry_run_report=latest_of_draft)
+    SendBatch.objects.filter(pk=done.pk).update(dry_run_report=of_done)
+
+    run = prune(T0)
+
+    assert run.counts["dry_run_reports"] == 2
+    assert not default_storage.exists(superseded) and not default_storage.exists(of_done)
+    assert default_storage.exists(latest_of_draft) and default_storage.exists(recent)
+    assert SendBatch.objects.get(pk=done.pk).dry_run_report == ""
+    assert SendBatch.objects.get(pk=draft.pk).dry_run_report == latest_of_draft
+
+
+def test_the_built_in_schedule_is_on_by_default_and_a_setting_switches_it_off():
+    with override_settings(SCHEDULER_APP={}):
+        declared = declared_schedules()[PRUNE_SCHEDULE_NAME]
+        assert (declared.task_name, declared.cron, declared.timezone) == (
+            PRUNE_TASK,
+            "30 3 * * *",
+            "UTC",
+        )
+    with override_settings(SCHEDULER_APP={"PRUNE_SCHEDULE": None}):
+        assert PRUNE_SCHEDULE_NAME not in declared_schedules()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_prune_job_cuts_off_from_its_scheduled_time_not_from_now():
+    """A run that starts 10 days late deletes what its occurrence meant to, not 10 days more."""
+    scheduled_for = clock.now() - 10 * DAY
+    cutoff = scheduled_for - 30 * DAY
+    before = Job.objects.create(
+        task_name="tests.record",
+        scheduled_for=cutoff,
+        run_at=cutoff,
+        status=Status.SUCCEEDED,
+        finished_at=cutoff - dt.timedelta(hours=1),
+    )
+    after = Job.objects.create(
+        task_name="tests.record",
+        scheduled_for=cutoff,
+        run_at=cutoff,
+        status=Status.SUCCEEDED,
+        finished_at=cutoff + dt.timedelta(hours=1),  # older than now - 30 days: still kept
+    )
+    prune_job = schedule(PRUNE_TASK, {}, at=scheduled_for)
+    on = override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "PRUNE_SCHEDULE": "0 3 * * *"})
+    with on, running_worker():
+        finished = wait_for_status(prune_job, Status.SUCCEEDED, Status.FAILED)
+    assert finished.status == Status.SUCCEEDED, finished.last_error
+    assert not exists(before) and exists(after)
+    run = PruneRun.objects.get()
+    assert run.reference_time == scheduled_for
+    assert run.source == "job:%s" % prune_job.pk
+    assert finished.result == {"run": run.pk, "counts": run.counts}

@@ -1,0 +1,133 @@
+"""The stale-send guard: a send far past its time does not start; it waits for an operator."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from scheduler_app.clock import frozen_clock
+from scheduler_app.exceptions import StaleSend
+from scheduler_app.models import Alert, SendBatch
+from scheduler_app.registry import JobContext, get_task
+from scheduler_app.sends.batches import resume_batch
+from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
+from tests.sends.helpers import recipient, run_lane_now
+from tests.testapp.models import ProviderCall
+
+T0 = dt.datetime(2027, 5, 3, 12, 0, tzinfo=dt.UTC)
+HOUR = dt.timedelta(hours=1)
+pytestmark = pytest.mark.django_db
+
+
+def stale_alerts() -> dict[str, Alert]:
+    return {a.subject: a for a in Alert.objects.open().filter(kind=Alert.Kind.STALE_SEND)}
+
+
+def test_a_batch_more_than_stale_send_after_late_is_paused_with_an_alert_and_sends_once_resumed(
+    customer, make_batch
+):
+    customer("ann@example.com", "Ann")
+    with frozen_clock(T0):
+        batch = make_batch(scheduled_at=T0 - HOUR - dt.timedelta(minutes=5))
+
+        run_lane_now(batch)
+
+        batch.refresh_from_db()
+        assert batch.status == SendBatch.Status.PAUSED
+        assert batch.status_reason == (
+            "stale: the send would start 1:05:00 after its scheduled time "
+            "(STALE_SEND_AFTER is 3600.0s); resume the batch to send anyway, or cancel it."
+        )
+        assert batch.frozen_at is None and ProviderCall.objects.count() == 0
+        alert = stale_alerts()["batch:%s" % batch.pk]
+        assert alert.numbers["late_seconds"] == 3900
+
+        # A lane that runs again while it is paused sends nothing either.
+        run_lane_now(batch)
+        assert ProviderCall.objects.count() == 0
+
+        resume_batch(batch.pk)
+        assert stale_alerts() == {}
+        run_lane_now(batch)
+
+    batch.refresh_from_db()
+    assert (batch.status, batch.sent) == (SendBatch.Status.COMPLETED, 1)
+    assert batch.stale_send_allowed is True
+    assert list(ProviderCall.objects.values_list("address", flat=True)) == ["ann@example.com"]
+
+
+def test_a_batch_late_by_less_than_stale_send_after_sends(customer, make_batch):
+    customer("ann@example.com", "Ann")
+    with frozen_clock(T0):
+        batch = make_batch(scheduled_at=T0 - HOUR + dt.timedelta(seconds=1))
+        run_lane_now(batch)
+    batch.refresh_from_db()
+    assert (batch.status, batch.sent) == (SendBatch.Status.COMPLETED, 1)
+    assert stale_alerts() == {}
+
+
+def test_a_local_time_delivery_is_judged_per_recipient(customer, make_batch):
+    customer("ldn@example.com", "Lou", tz="Europe/London")
+    customer("nyc@example.com", "Ned", tz="America/New_York")
+    start = dt.datetime(2027, 1, 15, 0, 0, tzinfo=dt.UTC)
+    london_nine = dt.datetime(2027, 1, 15, 9, 0, tzinfo=dt.UTC)
+    new_york_nine = dt.datetime(2027, 1, 15, 14, 0, tzinfo=dt.UTC)
+    with frozen_clock(start) as clock:
+        batch = make_batch(
+            scheduled_at=start, timezone="Europe/London", local_delivery_time=dt.time(9, 0)
+        )
+        run_lane_now(batch)  # freezes the audience; nobody is due yet
+
+        # The workers were down until 11:00 UTC: London's 09:00 is two hours gone.
+        clock.set(london_nine + 2 * HOUR)
+        run_lane_now(batch)
+        batch.refresh_from_db()
+        assert batch.status == SendBatch.Status.PAUSED
+        assert batch.status_reason.startswith(
+            "stale: a local-time delivery would start 2:00:00 after its scheduled time"
+        )
+        assert ProviderCall.objects.count() == 0
+        assert set(stale_alerts()) == {"batch:%s" % batch.pk}
+
+        resume_batch(batch.pk)
+        run_lane_now(batch)
+        assert recipient(batch, "ldn@example.com").status == "sent"
+
+        # Resumed means "send anyway": later recipients are not judged again.
+        clock.set(new_york_nine + 3 * HOUR)
+        run_lane_now(batch)
+    assert recipient(batch, "nyc@example.com").status == "sent"
+
+
+def message_context(*, attempt: int, scheduled_for: dt.datetime) -> JobContext:
+    return JobContext(
+        job_id=41,
+        task_name=SEND_MESSAGE_TASK,
+        payload={
+            "to": "ann@example.com",
+            "subject": "Receipt",
+            "text": "Thanks",
+            "provider": "fake",
+        },
+        payload_version=1,
+        attempt=attempt,
+        scheduled_for=scheduled_for,
+        idempotency_key="41",
+    )
+
+
+def test_a_single_message_too_late_fails_as_stale_with_an_alert_and_a_retry_sends_it():
+    send = get_task(SEND_MESSAGE_TASK)
+    with frozen_clock(T0):
+        with pytest.raises(StaleSend) as refused:
+            send(message_context(attempt=1, scheduled_for=T0 - 2 * HOUR))
+        assert str(refused.value).startswith(
+            "stale: the message would start 2:00:00 after its scheduled time"
+        )
+        assert set(stale_alerts()) == {"job:41"}
+        assert ProviderCall.objects.count() == 0
+
+        send(message_context(attempt=2, scheduled_for=T0 - 2 * HOUR))
+        send(message_context(attempt=1, scheduled_for=T0 - HOUR + dt.timedelta(seconds=1)))
+    assert ProviderCall.objects.count() == 2
