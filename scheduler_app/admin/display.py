@@ -3,12 +3,35 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
-from django.contrib import messages
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.utils.translation import ngettext
 
 from scheduler_app.controls import PausedScopes, paused_scopes
+
+
+class JobReportAdmin(admin.ModelAdmin):
+    """A read-only page about jobs (its changelist_view draws it): anyone who may view jobs."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("scheduler_app.view_job")
+
+    def check_view_permission(self, request: HttpRequest) -> None:
+        """Raise PermissionDenied unless the user may see this page."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
 
 
 def seconds(delta: dt.timedelta | None) -> str:

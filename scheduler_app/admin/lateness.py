@@ -6,11 +6,11 @@ import datetime as dt
 from typing import Any
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from scheduler_app import clock
+from scheduler_app.admin.display import JobReportAdmin
 from scheduler_app.lateness import lateness_by_task
 from scheduler_app.models import Job, LatenessOverview
 
@@ -20,24 +20,11 @@ MAX_OVERDUE_SECONDS = 36525 * 24 * 3600
 
 
 @admin.register(LatenessOverview)
-class LatenessOverviewAdmin(admin.ModelAdmin):
+class LatenessOverviewAdmin(JobReportAdmin):
     change_list_template = "admin/scheduler_app/lateness.html"
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("scheduler_app.view_job")
-
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
+        self.check_view_permission(request)
         now = clock.now()
         status = 200
         try:

@@ -6,12 +6,12 @@ import datetime as dt
 from typing import Any
 
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from scheduler_app import clock, stats
 from scheduler_app.admin.charts import bar_chart
+from scheduler_app.admin.display import JobReportAdmin
 from scheduler_app.conf import app_settings
 from scheduler_app.lateness import hourly_p95
 from scheduler_app.models import Alert, OperationsOverview
@@ -23,24 +23,11 @@ MAX_ALERTS = 50
 
 
 @admin.register(OperationsOverview)
-class OperationsOverviewAdmin(admin.ModelAdmin):
+class OperationsOverviewAdmin(JobReportAdmin):
     change_list_template = "admin/scheduler_app/overview.html"
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("scheduler_app.view_job")
-
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
+        self.check_view_permission(request)
         now = clock.now()
         context = {
             **self.admin_site.each_context(request),
