@@ -67,6 +67,12 @@ class Relay(Worker):
         queues = self._claimable_queues()
         return sum(max(self.max_in_flight - self._in_flight(q), 0) for q in queues)
 
+    def _exchange(self, limit: int) -> int:
+        """Record outcomes and claim apart: every claim goes through _claim, which publishes
+        (the loop's pipelined finish-and-claim would claim jobs nobody publishes)."""
+        self._flush()
+        return self._claim(limit) if limit else 0
+
     def _claim(self, limit: int) -> int:
         """Claim up to ``limit`` jobs, each queue up to its in-flight cap, and publish them."""
         now = clock.now()

@@ -6,7 +6,7 @@ signal, when run under ``graceful_signals``) and returns after running jobs
 finished or were handed back; it raises WorkerFatal when it cannot go on.
 
 An executor that runs jobs elsewhere subclasses Worker (the Celery relay,
-scheduler_app.celery.relay): it overrides ``_claim``, ``_free_slots`` and
+scheduler_app.celery.relay): it overrides ``_exchange``, ``_claim``, ``_free_slots`` and
 ``_start_executor``, and keeps the jobs it hands on leased with ``_hold_lease``,
 so every side duty and the lease thread serve it unchanged.
 """
