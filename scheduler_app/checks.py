@@ -551,6 +551,16 @@ def check_feedback_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
                 id="scheduler_app.E100",
             )
         )
+    elif not _unsubscribe_url_routed():
+        problems.append(
+            Error(
+                "SCHEDULER_APP['PUBLIC_BASE_URL'] is set but no URL pattern routes "
+                "'scheduler_app_feedback:unsubscribe': batch messages could not carry their "
+                "unsubscribe links.",
+                hint='Add path("mail/", include("scheduler_app.feedback.urls")) to your URLs.',
+                id="scheduler_app.E106",
+            )
+        )
     elif base.startswith("http://") and not re.match(r"http://(localhost|127\.0\.0\.1)\b", base):
         problems.append(
             Warning(
@@ -614,3 +624,13 @@ def check_feedback_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
             )
         )
     return problems
+
+
+def _unsubscribe_url_routed() -> bool:
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        reverse("scheduler_app_feedback:unsubscribe", args=["r1:x"])
+    except NoReverseMatch:
+        return False
+    return True

@@ -46,6 +46,12 @@ class UnknownUnsubscribeToken(ValidationError):
     code = "unknown_token"
 
 
+class UnmatchedFeedback(ValidationError):
+    """This feedback event names no address and matches no recipient on record."""
+
+    code = "unmatched_feedback"
+
+
 class UnknownTask(ValidationError):
     """No task is registered under this name."""
 

@@ -14,6 +14,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.validators import validate_email
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -210,16 +211,17 @@ def _import(upload: Any, by: Any) -> tuple[int, int, list[str]]:
     if problems:
         return 0, 0, problems
     added = 0
-    for address, scope, reason, detail in rows:
-        _, created = suppress(
-            address,
-            reason=reason,
-            source=Suppression.Source.IMPORT,
-            scope=scope,
-            by=by,
-            detail=detail,
-        )
-        added += created
+    with transaction.atomic():  # every line or none
+        for address, scope, reason, detail in rows:
+            _, created = suppress(
+                address,
+                reason=reason,
+                source=Suppression.Source.IMPORT,
+                scope=scope,
+                by=by,
+                detail=detail,
+            )
+            added += created
     return added, len(rows) - added, []
 
 

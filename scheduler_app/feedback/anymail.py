@@ -8,10 +8,14 @@ sets (``scheduler_key``) ties an event to its recipient; the ESP's message id is
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any
 
-from scheduler_app.feedback.suppressions import Feedback, Kind, record_event
+from scheduler_app.exceptions import UnmatchedFeedback
+from scheduler_app.feedback.suppressions import Feedback, Kind, record_event, source_event_id
 from scheduler_app.models import Suppression
+
+logger = logging.getLogger("scheduler_app.feedback")
 
 #: Anymail's event types that mean something to the suppression list.
 KINDS = {
@@ -33,22 +37,22 @@ def on_tracking(sender: Any, event: Any, esp_name: str, **kwargs: Any) -> None:
             repr((event.event_type, event.message_id, event.recipient, event.timestamp)).encode()
         ).hexdigest()
     )
-    record_event(
-        Feedback(
-            event_id="anymail:%s:%s" % (esp_name, event_id),
-            kind=kind,
-            source=Suppression.Source.ANYMAIL,
-            address=event.recipient or "",
-            message_id=event.message_id or "",
-            idempotency_key=str((event.metadata or {}).get("scheduler_key", "")),
-            occurred_at=event.timestamp,
-            detail=" ".join(
-                part
-                for part in (event.reject_reason, event.description, event.mta_response)
-                if part
-            ),
-        )
+    feedback = Feedback(
+        event_id=source_event_id("anymail:%s" % esp_name, event_id),
+        kind=kind,
+        source=Suppression.Source.ANYMAIL,
+        address=event.recipient or "",
+        message_id=event.message_id or "",
+        idempotency_key=str((event.metadata or {}).get("scheduler_key", "")),
+        occurred_at=event.timestamp,
+        detail=" ".join(
+            part for part in (event.reject_reason, event.description, event.mta_response) if part
+        ),
     )
+    try:
+        record_event(feedback)
+    except UnmatchedFeedback:
+        logger.warning("anymail event unmatched esp=%s event=%s", esp_name, event_id)
 
 
 def connect() -> None:

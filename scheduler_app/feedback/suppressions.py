@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 from django.utils.module_loading import import_string
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user
+from scheduler_app.exceptions import UnmatchedFeedback
 from scheduler_app.models import (
+    ControlEvent,
     FeedbackEvent,
     Recipient,
     SendBatch,
@@ -154,8 +158,19 @@ class Feedback:
     detail: str = ""
 
 
+def source_event_id(source: str, event_id: str) -> str:
+    """Return the stored id of a source's event: prefixed, and hashed if it would not fit."""
+    stored = "%s:%s" % (source, event_id)
+    if len(stored) <= 255:
+        return stored
+    return "%s:sha256:%s" % (source, hashlib.sha256(event_id.encode()).hexdigest())
+
+
 def record_event(event: Feedback) -> FeedbackEvent | None:
     """Record one feedback event and apply it; return None if it was recorded before.
+
+    Raise UnmatchedFeedback if the event names no address and ties back to no recipient
+    (nothing to suppress): the caller reports it, never counts it as a duplicate.
 
     Tied back to the recipient (and its batch) by the idempotency key ``<batch>:<key>``
     or by the provider's message id. Unsubscribes suppress the address in the batch's
@@ -166,8 +181,10 @@ def record_event(event: Feedback) -> FeedbackEvent | None:
     recipient = _recipient_of(event)
     address = event.address or (recipient.address if recipient else "")
     if not address:
-        logger.warning("feedback event without an address ignored event=%s", event.event_id)
-        return None
+        raise UnmatchedFeedback(
+            "Event %r names no address, and its key or message id matches no recipient on "
+            "record." % event.event_id
+        )
     try:
         with transaction.atomic():
             row = FeedbackEvent.objects.create(
@@ -183,6 +200,8 @@ def record_event(event: Feedback) -> FeedbackEvent | None:
             )
             _apply(row, event.scope)
     except IntegrityError:
+        if not FeedbackEvent.objects.filter(event_id=event.event_id).exists():
+            raise  # not a duplicate (e.g. its recipient was pruned meanwhile): say so
         logger.info("feedback event already recorded event=%s", event.event_id)
         return None
     if row.batch_id is not None and row.kind in (Kind.COMPLAINT, Kind.HARD_BOUNCE):
@@ -241,22 +260,29 @@ def _recipient_of(event: Feedback) -> Recipient | None:
     return None
 
 
-def batch_feedback(batch_id: int) -> dict[str, int]:
-    """Return {kind: count} of the feedback events tied to the batch (every kind, 0 if none)."""
+def batch_feedback(batch_id: int, *, since: dt.datetime | None = None) -> dict[str, int]:
+    """Return {kind: recipients} of the feedback events tied to the batch (every kind, 0 if
+    none; a recipient reported twice, e.g. by two sources, counts once). With ``since``, only
+    events recorded after it."""
+    events = FeedbackEvent.objects.filter(batch_id=batch_id)
+    if since is not None:
+        events = events.filter(recorded_at__gt=since)
     counts = dict.fromkeys(Kind.values, 0)
-    rows = FeedbackEvent.objects.filter(batch_id=batch_id).values_list("kind")
-    for (kind,) in rows:
-        counts[kind] += 1
+    rows = events.values("kind").annotate(n=Count("address", distinct=True))
+    counts.update({row["kind"]: row["n"] for row in rows})
     return counts
 
 
-def rate_breach(batch_id: int) -> tuple[str, dict[str, float | int]] | None:
+def rate_breach(
+    batch_id: int, *, since: dt.datetime | None = None
+) -> tuple[str, dict[str, float | int]] | None:
     """Return (why, numbers) if the batch's complaint or hard-bounce rate passed its limit
-    (once it has sent FEEDBACK_MIN_SENT), else None."""
+    (once it has sent FEEDBACK_MIN_SENT), else None. With ``since``, only the events
+    recorded after it count (the breaker after an operator resumed the batch)."""
     sent = SendBatch.objects.filter(pk=batch_id).values_list("sent", flat=True).first()
     if sent is None or sent < app_settings.FEEDBACK_MIN_SENT:
         return None
-    counts = batch_feedback(batch_id)
+    counts = batch_feedback(batch_id, since=since)
     for kind, limit in (
         (Kind.COMPLAINT, app_settings.COMPLAINT_RATE_LIMIT),
         (Kind.HARD_BOUNCE, app_settings.BOUNCE_RATE_LIMIT),
@@ -270,13 +296,8 @@ def rate_breach(batch_id: int) -> tuple[str, dict[str, float | int]] | None:
                 sent,
                 limit * 100,
             )
-            return why, {
-                "kind": str(kind),
-                "count": counts[kind],
-                "sent": sent,
-                "rate": rate,
-                "limit": limit,
-            }
+            numbers = {"kind": str(kind), "count": counts[kind], "sent": sent}
+            return why, {**numbers, "rate": rate, "limit": limit}
     return None
 
 
@@ -284,7 +305,15 @@ def check_rates(batch_id: int) -> str:
     """Pause the batch if its complaint or hard-bounce rate passed its limit; return why ('')."""
     from scheduler_app.sends import states
 
-    breach = rate_breach(batch_id)
+    # Once an operator resumed the batch, only what came after counts: the same events
+    # would otherwise pause it again at the next complaint.
+    resumed = (
+        ControlEvent.objects.filter(scope="batch", target=str(batch_id), action="resume")
+        .order_by("-at")
+        .values_list("at", flat=True)
+        .first()
+    )
+    breach = rate_breach(batch_id, since=resumed)
     if breach is None:
         return ""
     states.pause(batch_id, reason=breach[0])  # only a scheduled or sending batch

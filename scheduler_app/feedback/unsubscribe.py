@@ -108,10 +108,11 @@ def headers(token: str) -> Mapping[str, str]:
             "<mailto:%s?subject=%s>"
             % (app_settings.UNSUBSCRIBE_MAILTO, quote("unsubscribe %s" % token))
         )
-    return {
-        "List-Unsubscribe": ", ".join(targets),
-        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click",
-    }
+    found = {"List-Unsubscribe": ", ".join(targets)}
+    if app_settings.PUBLIC_BASE_URL.startswith("https://"):
+        # RFC 8058: one-click only with an HTTPS URI (an http:// origin is for development).
+        found["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    return found
 
 
 def with_unsubscribe(message: Message, token: str) -> Message:

@@ -13,6 +13,8 @@ import logging
 from typing import Any
 
 from django.core.cache import cache
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.dateparse import parse_datetime
@@ -22,9 +24,19 @@ from django.views.decorators.csrf import csrf_exempt
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.exceptions import BadUnsubscribeToken, UnknownUnsubscribeToken
+from scheduler_app.exceptions import (
+    BadUnsubscribeToken,
+    UnknownUnsubscribeToken,
+    UnmatchedFeedback,
+)
 from scheduler_app.feedback import unsubscribe
-from scheduler_app.feedback.suppressions import Feedback, Kind, record_event, suppress
+from scheduler_app.feedback.suppressions import (
+    Feedback,
+    Kind,
+    record_event,
+    source_event_id,
+    suppress,
+)
 from scheduler_app.models import Suppression
 
 logger = logging.getLogger("scheduler_app.feedback")
@@ -54,18 +66,24 @@ class UnsubscribeView(View):
     """
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if _over_rate_limit(request):
-            response = self._page(
-                request,
-                "Too many requests",
-                "Too many requests from your address; try again in a minute.",
-                status=429,
-            )
-            response["Retry-After"] = "60"
-            return response
         try:
             self.subscriber = unsubscribe.subscriber(kwargs["token"])
         except (BadUnsubscribeToken, UnknownUnsubscribeToken) as exc:
+            # Only tokens that are no good count against the client's budget: one-click
+            # POSTs come from the mailbox providers' servers, many users behind one address.
+            if _over_rate_limit(request):
+                logger.warning(
+                    "unsubscribe requests over the rate limit ip=%s",
+                    request.META.get("REMOTE_ADDR", ""),
+                )
+                response = self._page(
+                    request,
+                    "Too many requests",
+                    "Too many requests from your address; try again in a minute.",
+                    status=429,
+                )
+                response["Retry-After"] = "60"
+                return response
             return self._page(request, "Link not valid", exc.message, status=400)
         return super().dispatch(request, *args, **kwargs)
 
@@ -124,7 +142,8 @@ class FeedbackWebhookView(View):
     FEEDBACK_WEBHOOK_SECRET>``. ``type`` is unsubscribe, hard_bounce, soft_bounce or
     complaint; ``key`` is the idempotency key ``<batch>:<recipient key>`` and ``message_id``
     the provider's message id (either ties the event to its recipient). Events already
-    recorded (by ``id``) are counted as duplicates and change nothing.
+    recorded (by ``id``) are counted as duplicates and change nothing; an event without an
+    address that ties back to no recipient is listed under ``unmatched``.
     """
 
     http_method_names = ["post"]
@@ -143,8 +162,16 @@ class FeedbackWebhookView(View):
             events = [_feedback(item) for item in _items(request.body)]
         except ValueError as exc:
             return _problem(400, str(exc))
-        recorded = sum(record_event(event) is not None for event in events)
-        return JsonResponse({"recorded": recorded, "duplicates": len(events) - recorded})
+        outcome = {"recorded": 0, "duplicates": 0, "unmatched": []}
+        for event in events:
+            try:
+                recorded = record_event(event)
+            except UnmatchedFeedback as exc:
+                logger.warning("feedback event unmatched event=%s", event.event_id)
+                outcome["unmatched"].append({"id": event.event_id, "message": exc.message})
+                continue
+            outcome["recorded" if recorded is not None else "duplicates"] += 1
+        return JsonResponse(outcome)
 
 
 def _problem(status: int, message: str) -> JsonResponse:
@@ -185,13 +212,22 @@ def _feedback(item: Any) -> Feedback:
         )
     if not (text["address"] or text["message_id"] or text["key"]):
         raise ValueError("Event %r needs an address, a message_id or a key." % text["id"])
+    if text["address"]:
+        try:
+            validate_email(text["address"])
+        except ValidationError as exc:
+            raise ValueError(
+                "Event %r: %r is not an email address." % (text["id"], text["address"])
+            ) from exc
+    if len(text["message_id"]) > 255 or len(text["key"]) > 600:
+        raise ValueError("Event %r: message_id or key is too long." % text["id"])
     occurred = None
     if text["occurred_at"]:
         occurred = parse_datetime(text["occurred_at"])
         if occurred is None or occurred.tzinfo is None:
             raise ValueError("Event %r: occurred_at must be ISO 8601 with an offset." % text["id"])
     return Feedback(
-        event_id="webhook:%s" % text["id"][:240],
+        event_id=source_event_id("webhook", text["id"]),
         kind=text["type"],
         source=Suppression.Source.WEBHOOK,
         address=text["address"],

@@ -348,6 +348,10 @@ def send_message(
     get_provider(provider)  # fail now on an unknown provider, not in the worker
     payload = {"to": to, "subject": subject, "text": text, "html": html, "provider": provider}
     if unsubscribe_scope is not None:
+        if not isinstance(unsubscribe_scope, str) or len(unsubscribe_scope) > 100:
+            raise ValidationError(
+                "unsubscribe_scope must be a list name of at most 100 characters."
+            )
         payload["unsubscribe_scope"] = unsubscribe_scope
     return schedule(
         SEND_MESSAGE_TASK,

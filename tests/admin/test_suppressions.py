@@ -174,7 +174,11 @@ def test_the_batch_page_shows_its_unsubscribes_bounces_and_complaints(admin):
     )
     for n, kind in enumerate(["unsubscribe", "unsubscribe", "hard_bounce", "complaint"]):
         FeedbackEvent.objects.create(
-            event_id="e%s" % n, kind=kind, source="webhook", address="a@b.c", batch=batch
+            event_id="e%s" % n,
+            kind=kind,
+            source="webhook",
+            address="a%s@example.com" % n,
+            batch=batch,
         )
 
     page = get(admin, reverse("admin:scheduler_app_sendbatch_change", args=[batch.pk]))

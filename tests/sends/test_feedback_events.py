@@ -143,8 +143,11 @@ def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_ba
     first = post_webhook(client, events)
     again = post_webhook(client, events)
 
-    assert (first.status_code, first.json()) == (200, {"recorded": 2, "duplicates": 0})
-    assert again.json() == {"recorded": 0, "duplicates": 2}
+    assert (first.status_code, first.json()) == (
+        200,
+        {"recorded": 2, "duplicates": 0, "unmatched": []},
+    )
+    assert again.json() == {"recorded": 0, "duplicates": 2, "unmatched": []}
     assert FeedbackEvent.objects.get(event_id="webhook:w2").recipient_id == bob.pk
     assert set(Suppression.objects.values_list("address", "reason")) == {
         ("ann@example.com", "hard_bounce"),
@@ -159,10 +162,11 @@ def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_ba
         ([{"id": "1", "type": "opened", "address": "a@example.com"}], "has type 'opened'"),
         ([{"type": "complaint", "address": "a@example.com"}], 'needs an "id"'),
         ([{"id": "1", "type": "complaint"}], "needs an address, a message_id or a key"),
-        ([{"id": 1, "type": "complaint", "address": "a@b.c"}], "'id' must be a string"),
+        ([{"id": "1", "type": "complaint", "address": "x" * 400}], "is not an email address"),
+        ([{"id": 1, "type": "complaint", "address": "a@x.com"}], "'id' must be a string"),
         ([{"id": "1", "type": "complaint", "address": "a\x00@b.c"}], "without NUL"),
         (
-            [{"id": "1", "type": "complaint", "address": "a@b.c", "occurred_at": "yesterday"}],
+            [{"id": "1", "type": "complaint", "address": "a@x.com", "occurred_at": "yesterday"}],
             "ISO 8601",
         ),
         ([], "at least one event"),
@@ -173,6 +177,26 @@ def test_bad_webhook_input_gets_a_400_that_says_what_is_wrong(client, body, mess
     assert response.status_code == 400
     assert message in response.json()["error"]["message"]
     assert not FeedbackEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_event_that_ties_back_to_nobody_is_reported_unmatched_not_as_a_duplicate(client):
+    response = post_webhook(client, [{"id": "w9", "type": "complaint", "key": "999:gone"}])
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["recorded"], body["duplicates"]) == (0, 0)
+    assert [u["id"] for u in body["unmatched"]] == ["webhook:w9"]
+    assert not FeedbackEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_long_source_event_id_is_stored_hashed_and_still_deduplicated(client):
+    long_id = "e" * 400
+    for _ in range(2):
+        post_webhook(client, [{"id": long_id, "type": "complaint", "address": "a@example.com"}])
+    event = FeedbackEvent.objects.get()
+    assert event.event_id.startswith("webhook:sha256:")
 
 
 @pytest.mark.django_db
@@ -222,6 +246,34 @@ def test_a_complaint_spike_pauses_the_sending_batch(customer, make_batch):
             "complaint rate 15.00% (3 of 20 sent) passed its limit of 10.00%"
         )
         evaluate()
+
+        # An operator resumes it: the complaints before do not pause it again, a new spike does.
+        from scheduler_app.sends.batches import resume_batch
+
+        assert resume_batch(batch.pk)
+        SendBatch.objects.filter(pk=batch.pk).update(status=SendBatch.Status.SENDING)
+        anymail_event("complained", event_id="c2", recipient="c2@example.com")  # a duplicate
+        anymail_event(
+            "complained",
+            event_id="c3",
+            recipient="c3@example.com",
+            metadata={"scheduler_key": keys["c3@example.com"]},
+        )
+        batch.refresh_from_db()
+        assert batch.status == "sending"
+        for n in (4, 5):
+            address = "c%s@example.com" % n
+            anymail_event(
+                "complained",
+                event_id="c%s" % n,
+                recipient=address,
+                metadata={"scheduler_key": keys[address]},
+            )
+        batch.refresh_from_db()
+        assert (batch.status, batch.status_reason) == (
+            "paused",
+            "complaint rate 15.00% (3 of 20 sent) passed its limit of 10.00%",
+        )
 
     alert = Alert.objects.get(kind="send_feedback")
     assert alert.subject == "batch:%s" % batch.pk

@@ -14,6 +14,7 @@ from scheduler_app.models import FeedbackEvent, Job, Recipient, Suppression
 from scheduler_app.sends.batches import send_message
 from tests.helpers import running_worker, wait_for_status
 from tests.sends.helpers import recipient, run_lane_now
+from tests.settings import SCHEDULER_APP
 from tests.testapp.models import ProviderCall
 
 LINK = re.compile(r"^<https://mail\.example\.com/mail/unsubscribe/(?P<token>[^/>]+)/>$")
@@ -210,15 +211,57 @@ def test_clicking_twice_counts_once_and_suppresses_again_after_a_lift(client, cu
 
 
 @pytest.mark.django_db
-@override_settings(
-    SCHEDULER_APP={"PUBLIC_BASE_URL": "https://mail.example.com", "UNSUBSCRIBE_RATE_LIMIT": 3}
-)
-def test_the_public_endpoint_is_rate_limited_per_ip(client):
+@override_settings(SCHEDULER_APP={**SCHEDULER_APP, "UNSUBSCRIBE_RATE_LIMIT": 3})
+def test_bad_tokens_are_rate_limited_per_ip_but_real_unsubscribes_never_are(
+    client, customer, make_batch
+):
     from django.core.cache import cache
 
     cache.clear()
     answers = [client.get("/mail/unsubscribe/x/").status_code for _ in range(4)]
     other_ip = client.get("/mail/unsubscribe/x/", REMOTE_ADDR="10.0.0.9").status_code
-
     assert answers == [400, 400, 400, 429]
     assert other_ip == 400
+
+    # One-click POSTs come from a mailbox provider's few servers: all of them count.
+    for n in range(5):
+        customer("c%s@example.com" % n)
+    batch = make_batch()
+    run_lane_now(batch)
+    for row in Recipient.objects.filter(batch=batch):
+        assert client.post(unsubscribe_url(row.pk)).status_code == 200
+    assert Suppression.objects.count() == 5
+
+
+@pytest.mark.django_db
+@override_settings(SCHEDULER_APP={**SCHEDULER_APP, "PUBLIC_BASE_URL": "http://127.0.0.1:8000"})
+def test_an_http_origin_gets_no_one_click_header(customer, make_batch):
+    customer("ann@example.com", "Ann")
+    batch = make_batch(provider="email")
+
+    run_lane_now(batch)
+
+    headers = mail.outbox[0].extra_headers
+    assert headers["List-Unsubscribe"].startswith("<http://127.0.0.1:8000/mail/unsubscribe/")
+    assert "List-Unsubscribe-Post" not in headers  # RFC 8058: HTTPS only
+
+
+def test_a_scope_longer_than_a_list_name_is_refused():
+    from scheduler_app.exceptions import ValidationError
+
+    with pytest.raises(ValidationError, match="at most 100 characters"):
+        send_message("ann@example.com", "Hi", "Hi", unsubscribe_scope="x" * 101)
+
+
+@override_settings(ROOT_URLCONF="tests.api.urls_elsewhere")
+def test_a_base_url_without_the_unsubscribe_route_is_a_check_error():
+    from django.urls import clear_url_caches
+
+    from scheduler_app.checks import check_feedback_settings
+
+    clear_url_caches()
+    try:
+        ids = [problem.id for problem in check_feedback_settings()]
+    finally:
+        clear_url_caches()
+    assert ids == ["scheduler_app.E106"]
