@@ -297,3 +297,22 @@ def test_the_dry_run_shows_who_would_be_skipped_and_why(customer, make_batch, se
     text = (tmp_path / report.path).read_text()
     bob_line = next(line for line in text.splitlines() if "\tbob@example.com\t" in line)
     assert bob_line.endswith("suppressed: unsubscribed (tests.customers): skipped at send time")
+
+
+@pytest.mark.django_db
+@override_settings(EMAIL_BACKEND="anymail.backends.test.EmailBackend")
+def test_with_anymail_the_esps_message_id_is_stored_and_ties_events_back(customer, make_batch):
+    customer("ann@example.com", "Ann")
+    batch = make_batch(provider="email")
+    from scheduler_app.sends.providers import reset_providers
+
+    reset_providers()  # the email provider keeps a connection to the configured backend
+    try:
+        run_lane_now(batch)
+    finally:
+        reset_providers()
+
+    ann = recipient(batch, "ann@example.com")
+    assert ann.provider_message_id == str(mail.outbox[0].anymail_status.message_id)
+    anymail_event("complained", event_id="esp-1", message_id=ann.provider_message_id)
+    assert FeedbackEvent.objects.get().recipient_id == ann.pk

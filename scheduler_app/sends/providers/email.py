@@ -89,7 +89,9 @@ class DjangoEmailProvider:
             raise _refused(exc) from exc
         except (smtplib.SMTPException, OSError) as exc:
             raise TransientSendError("%s: %s" % (type(exc).__name__, exc)) from exc
-        return message_id
+        # With django-anymail, the ESP's own id: what its tracking events name.
+        esp_id = getattr(getattr(email, "anymail_status", None), "message_id", None)
+        return message_id if esp_id is None else str(esp_id)
 
 
 def _recipients_refused(exc: smtplib.SMTPRecipientsRefused) -> SendError:
