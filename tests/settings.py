@@ -116,6 +116,16 @@ LOGGING = {
     "loggers": {"scheduler_app": {"handlers": ["console"], "level": env.str("LOG_LEVEL", "INFO")}},
 }
 
+# A worker subprocess whose alerts go to a webhook (tests/processes/test_live_workers.py).
+if env.str("SCHEDULER_TEST_ALERT_WEBHOOK", ""):
+    SCHEDULER_APP["ALERT_NOTIFIERS"] = [
+        {
+            "class": "scheduler_app.alerts.notifiers.Webhook",
+            "url": env.str("SCHEDULER_TEST_ALERT_WEBHOOK"),
+            "timeout": 120,
+        }
+    ]
+
 # A worker subprocess on a host whose clock is off (tests/processes/test_skewed_clock.py).
 if env.float("SCHEDULER_TEST_CLOCK_SKEW", 0.0):
     from tests.skewed_clock import skew_clock

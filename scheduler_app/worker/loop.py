@@ -104,7 +104,8 @@ class Duty:
     """A periodic side duty of the worker loop: ``run()`` every ``interval()`` seconds.
 
     ``interval`` is a callable so a duty can add jitter. Duties run on the
-    loop's thread; lease renewal has its own thread, so no duty can delay it.
+    loop's thread; lease renewal and the alert evaluation have their own
+    threads, so no duty can delay the one and the other cannot delay the loop.
     """
 
     name: str
@@ -155,6 +156,7 @@ class Worker:
         self._listener: threading.Thread | None = None
         self._renewer: threading.Thread | None = None
         self._renewer_stop = threading.Event()
+        self._alerter: threading.Thread | None = None
         self._db_down_since: float | None = None
         self._paused = PausedScopes()
         lease = options.lease_seconds
@@ -188,17 +190,6 @@ class Worker:
             interval = options.scheduler_interval
             self._duties.append(
                 Duty(name="scheduler", interval=lambda: interval, run=self._tick_schedules)
-            )
-        if options.alert_interval is not None:
-            every = options.alert_interval
-            # Jitter: workers started together offer to evaluate at different times.
-            self._duties.append(
-                Duty(
-                    name="alerts",
-                    interval=lambda: every * random.uniform(0.8, 1.2),
-                    run=lambda: self._with_db(evaluate_quietly),
-                    next_at=time.monotonic() + every * random.uniform(0.1, 1.0),
-                )
             )
 
     # -- lifecycle ---------------------------------------------------------
@@ -239,7 +230,7 @@ class Worker:
             for _ in self._threads:
                 self._inbox.put(None)
             self._renewer_stop.set()
-            for thread in (self._listener, self._renewer):
+            for thread in (self._listener, self._renewer, self._alerter):
                 if thread is not None:
                     thread.join(timeout=5)
             self._log_summary()
@@ -497,7 +488,11 @@ class Worker:
         return accepted
 
     def _side_duties(self) -> None:
-        for name, thread in (("LISTEN", self._listener), ("lease renewal", self._renewer)):
+        for name, thread in (
+            ("LISTEN", self._listener),
+            ("lease renewal", self._renewer),
+            ("alert evaluation", self._alerter),
+        ):
             if thread is not None and not thread.is_alive() and not self.stopping:
                 raise WorkerFatal("The %s thread died; see the traceback above." % name)
         now = time.monotonic()
@@ -551,6 +546,29 @@ class Worker:
                 except CONNECTION_ERRORS as exc:
                     logger.warning(
                         "lease renewal failed, will retry worker=%s error=%s", self.id, exc
+                    )
+                    connection.close()
+        finally:
+            connection.close()
+
+    def _evaluate_alerts_forever(self) -> None:
+        """Evaluate the alert rules every ALERT_INTERVAL, on this thread's own connection.
+
+        Its own thread, so that a slow evaluation or a notifier that hangs (a
+        mail server that never answers) cannot stop the loop from recording
+        outcomes and claiming. Jitter: workers started together offer to
+        evaluate at different times.
+        """
+        every = self.options.alert_interval
+        delay = every * random.uniform(0.1, 1.0)
+        try:
+            while not self._stopping.wait(delay):
+                delay = every * random.uniform(0.8, 1.2)
+                try:
+                    evaluate_quietly()
+                except CONNECTION_ERRORS as exc:
+                    logger.warning(
+                        "alert evaluation failed, will retry worker=%s error=%s", self.id, exc
                     )
                     connection.close()
         finally:
@@ -736,6 +754,11 @@ class Worker:
             target=self._renew_forever, name="scheduler-leases", daemon=True
         )
         self._renewer.start()
+        if self.options.alert_interval is not None:
+            self._alerter = threading.Thread(
+                target=self._evaluate_alerts_forever, name="scheduler-alerts", daemon=True
+            )
+            self._alerter.start()
 
     def _start_executor(self) -> None:
         thread = threading.Thread(

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+import socket
 
 import pytest
 
 from scheduler_app import clock
 from scheduler_app.models import Alert, Job, WorkerHeartbeat
+from scheduler_app.scheduling import schedule
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -62,3 +64,29 @@ def test_two_workers_heartbeat_evaluate_without_duplicates_and_stop_cleanly(star
     for worker in workers:
         assert worker.wait_exit() == 0, worker.output
     assert set(WorkerHeartbeat.objects.values_list("status", "running")) == {("stopped", 0)}
+
+
+def test_a_notifier_that_never_answers_does_not_stop_the_worker(start_worker):
+    # A webhook that accepts connections and never answers (the notifier's timeout is 120 s).
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(30)
+        url = "http://127.0.0.1:%d/" % server.getsockname()[1]
+        Job.objects.create(
+            task_name="tests.noop", queue="slow", scheduled_for=clock.now(), run_at=clock.now()
+        )
+        worker = start_worker(
+            "--queue=default",
+            "--no-scheduler",
+            env={**FAST, "SCHEDULER_TEST_ALERT_WEBHOOK": url},
+        )
+        notifier, _ = server.accept()  # the no_worker alert opened: its delivery now hangs
+        with notifier:
+            job = schedule("tests.noop")
+            wait_until(
+                lambda: Job.objects.get(pk=job.pk).status == Job.Status.SUCCEEDED,
+                timeout=15,
+                message="the job to run while the notifier hangs",
+            )
+            assert Alert.objects.filter(kind=Alert.Kind.NO_WORKER).count() == 1
+            worker.signal(signal.SIGTERM)
+            assert worker.wait_exit() == 0, worker.output
