@@ -543,22 +543,12 @@ def check_feedback_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
                 id="scheduler_app.W100",
             )
         )
-    elif not isinstance(base, str) or not re.fullmatch(r"https?://[^/\s?#]+/?", base):
+    elif not _is_origin(base):
         problems.append(
             Error(
                 "SCHEDULER_APP['PUBLIC_BASE_URL'] must be an origin such as "
                 "'https://example.com', not %r." % (base,),
                 id="scheduler_app.E100",
-            )
-        )
-    elif not _unsubscribe_url_routed():
-        problems.append(
-            Error(
-                "SCHEDULER_APP['PUBLIC_BASE_URL'] is set but no URL pattern routes "
-                "'scheduler_app_feedback:unsubscribe': batch messages could not carry their "
-                "unsubscribe links.",
-                hint='Add path("mail/", include("scheduler_app.feedback.urls")) to your URLs.',
-                id="scheduler_app.E106",
             )
         )
     elif base.startswith("http://") and not re.match(r"http://(localhost|127\.0\.0\.1)\b", base):
@@ -626,11 +616,35 @@ def check_feedback_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
     return problems
 
 
-def _unsubscribe_url_routed() -> bool:
+def _is_origin(base: Any) -> bool:
+    return isinstance(base, str) and re.fullmatch(r"https?://[^/\s?#]+/?", base) is not None
+
+
+@register(Tags.urls)
+def check_unsubscribe_route(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a PUBLIC_BASE_URL whose unsubscribe view the URLconf does not route.
+
+    A URLs check: it loads the URLconf, which only ``check --tag urls`` (or a
+    full check) should do.
+    """
     from django.urls import NoReverseMatch, reverse
 
+    if not _is_origin(app_settings.PUBLIC_BASE_URL):
+        return []  # check_feedback_settings reports it
     try:
         reverse("scheduler_app_feedback:unsubscribe", args=["r1:x"])
     except NoReverseMatch:
-        return False
-    return True
+        pass
+    except (ImportError, ImproperlyConfigured):
+        return []  # Django's own URL checks report a broken URLconf
+    else:
+        return []
+    return [
+        Error(
+            "SCHEDULER_APP['PUBLIC_BASE_URL'] is set but no URL pattern routes "
+            "'scheduler_app_feedback:unsubscribe': batch messages could not carry their "
+            "unsubscribe links.",
+            hint='Add path("mail/", include("scheduler_app.feedback.urls")) to your URLs.',
+            id="scheduler_app.E106",
+        )
+    ]

@@ -90,6 +90,7 @@ SCHEDULER_APP = {
     "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
     "SEND_LANES": env.int("SCHEDULER_SEND_LANES", 2),
     "SEND_CHUNK_SIZE": env.int("SCHEDULER_SEND_CHUNK_SIZE", 100),
+    "SEND_MARKER_SYNCHRONOUS_COMMIT": env.bool("SCHEDULER_SEND_MARKER_SYNCHRONOUS_COMMIT", True),
     # tests/celery: the Celery app of the relay and workers, and one queue prefix per test.
     "CELERY_APP": "tests.celery_app.app",
     "CELERY_QUEUE_PREFIX": env.str("SCHEDULER_CELERY_QUEUE_PREFIX", "scheduler_tests."),

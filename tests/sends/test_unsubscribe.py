@@ -257,11 +257,17 @@ def test_a_scope_longer_than_a_list_name_is_refused():
 def test_a_base_url_without_the_unsubscribe_route_is_a_check_error():
     from django.urls import clear_url_caches
 
-    from scheduler_app.checks import check_feedback_settings
+    from scheduler_app.checks import check_unsubscribe_route
 
     clear_url_caches()
     try:
-        ids = [problem.id for problem in check_feedback_settings()]
+        ids = [problem.id for problem in check_unsubscribe_route()]
     finally:
         clear_url_caches()
     assert ids == ["scheduler_app.E106"]
+
+
+def test_a_routed_unsubscribe_view_passes_the_check():
+    from scheduler_app.checks import check_unsubscribe_route
+
+    assert check_unsubscribe_route() == []

@@ -139,6 +139,8 @@ def send_worker(start_worker) -> Iterator[Callable[..., WorkerProcess]]:  # noqa
                 # one waits for a WAL flush (~4 ms here). A SIGKILLed client loses
                 # nothing it committed either way: only a server crash could.
                 "PGOPTIONS": "-c synchronous_commit=off",
+                # The lanes' own statements too (they set synchronous_commit = on otherwise).
+                "SCHEDULER_SEND_MARKER_SYNCHRONOUS_COMMIT": "false",
                 # Names its PostgreSQL connections, so freeze() can see their state.
                 "PGAPPNAME": name,
             },
