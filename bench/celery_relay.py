@@ -65,9 +65,10 @@ class CeleryWorker(WorkerProcess):
 def start_executor(name: str, url: str, concurrency: int) -> list[WorkerProcess]:
     """Start the processes of executor ``name`` ("local" or a broker) and wait until ready."""
     runworker = [sys.executable, "-m", "django", "runworker", "--settings=tests.settings"]
-    options = ["--concurrency", str(concurrency), "--poll-interval", "30", "--no-scheduler"]
+    options = ["--poll-interval", "30", "--no-scheduler"]
     if name == "local":
-        processes = [WorkerProcess([*runworker, *options], {"DATABASE_URL": url}, 200)]
+        local = [*runworker, "--concurrency", str(concurrency), *options]
+        processes = [WorkerProcess(local, {"DATABASE_URL": url}, 200)]
     else:
         env = {
             "DATABASE_URL": url,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from typing import Any
 
@@ -131,10 +132,12 @@ def _check_celery() -> list[Error]:
             )
         )
     wait = app_settings.CELERY_MAX_BROKER_WAIT
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait <= 0:
+    # Not NaN or infinity either: a lost message would never be published again.
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 < wait < math.inf:
         errors.append(
             Error(
-                "SCHEDULER_APP['CELERY_MAX_BROKER_WAIT'] must be a positive number of seconds.",
+                "SCHEDULER_APP['CELERY_MAX_BROKER_WAIT'] must be a positive, finite number of "
+                "seconds.",
                 id="scheduler_app.E063",
             )
         )

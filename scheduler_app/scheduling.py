@@ -20,7 +20,7 @@ import datetime as dt
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import connection, transaction
@@ -281,6 +281,8 @@ def _build_job(
         raise ValidationError("unique_key must be a non-empty string of at most 255 characters.")
     if unique_key is not None and "\x00" in unique_key:
         raise ValidationError("unique_key must not contain a NUL character (\\x00).")
+    if unique_key is not None and _has_surrogate(unique_key):
+        raise ValidationError("unique_key must be valid Unicode text (no surrogate code points).")
     scheduled_for = request.scheduled_for if request.scheduled_for is not None else run_at
     if timezone.is_naive(scheduled_for):
         raise InvalidSchedule("scheduled_for must be timezone-aware.")
@@ -315,20 +317,35 @@ def check_payload(payload: Any) -> Any:
     stored = json.loads(text)
     # PostgreSQL's jsonb refuses \u0000; SQLite would store it. The walk runs
     # only when the text has the escape (it may also be an escaped backslash).
-    if "\\u0000" in text and _contains_nul(stored):
+    if "\\u0000" in text and _contains(stored, _has_nul):
         raise InvalidPayload(
             "The payload contains a NUL character (\\x00), which the database cannot store."
+        )
+    # PostgreSQL's json refuses lone surrogates (json.dumps escapes every surrogate as \udXXX).
+    if "\\ud" in text and _contains(stored, _has_surrogate):
+        raise InvalidPayload(
+            "The payload contains text that is not valid Unicode (a surrogate code point), "
+            "which the database cannot store."
         )
     return stored
 
 
-def _contains_nul(value: Any) -> bool:
+def _has_nul(text: str) -> bool:
+    return "\x00" in text
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= char <= "\udfff" for char in text)
+
+
+def _contains(value: Any, found: Callable[[str], bool]) -> bool:
+    """Return whether ``found`` is true of any string in ``value``, its keys included."""
     if isinstance(value, str):
-        return "\x00" in value
+        return found(value)
     if isinstance(value, dict):
-        return any(_contains_nul(key) or _contains_nul(item) for key, item in value.items())
+        return any(_contains(key, found) or _contains(item, found) for key, item in value.items())
     if isinstance(value, list):
-        return any(_contains_nul(item) for item in value)
+        return any(_contains(item, found) for item in value)
     return False
 
 

@@ -22,7 +22,11 @@ def ask_for_confirms(app: Celery) -> None:
 
     Redis offers no confirms: a publish there returns once Redis has the message.
     """
-    if app.conf.broker_url and app.conf.broker_url.split("://")[0] in ("amqp", "pyamqp"):
+    # The transport kombu picks for the URL (amqp://, amqps://, pyamqp://, or Celery's
+    # default); making it opens no connection.
+    with app.connection_for_write() as connection:
+        driver = connection.transport.driver_type
+    if driver == "amqp":
         options = dict(app.conf.broker_transport_options or {})
         options.setdefault("confirm_publish", True)
         app.conf.broker_transport_options = options

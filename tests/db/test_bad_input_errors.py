@@ -42,6 +42,26 @@ def test_nul_in_a_payload_is_invalid_payload(payload):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "payload",
+    [{"text": "bad \udc80 text"}, {"\ud800": 1}, ["ok", {"deep": ["\udfff"]}]],
+    ids=["value", "key", "nested"],
+)
+def test_a_surrogate_in_a_payload_is_invalid_payload(payload):
+    """PostgreSQL's json refuses lone surrogates: a clear error before the INSERT, so the
+    caller's transaction is still usable, rather than a DataError from the database."""
+    exc = assert_refused(
+        InvalidPayload,
+        "The payload contains text that is not valid Unicode (a surrogate code point), "
+        "which the database cannot store.",
+        schedule,
+        NOOP,
+        payload,
+    )
+    assert exc.code == "invalid_payload"
+
+
+@pytest.mark.django_db
 def test_backslash_u0000_text_is_not_a_nul():
     job = schedule(NOOP, {"text": "\\u0000"})
     assert Job.objects.get(pk=job.pk).payload == {"text": "\\u0000"}
@@ -55,6 +75,17 @@ def test_nul_in_a_unique_key_is_a_validation_error():
         schedule,
         NOOP,
         unique_key="order:\x00",
+    )
+
+
+@pytest.mark.django_db
+def test_a_surrogate_in_a_unique_key_is_a_validation_error():
+    assert_refused(
+        ValidationError,
+        "unique_key must be valid Unicode text (no surrogate code points).",
+        schedule,
+        NOOP,
+        unique_key="order:\udc80",
     )
 
 

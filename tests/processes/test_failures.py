@@ -101,8 +101,21 @@ def test_runworker_exits_nonzero_when_database_unreachable(start_worker):
             "CommandError: Unknown queue(s): nope. SCHEDULER_APP['QUEUES'] lists: "
             "default, emails, slow.",
         ),
+        (
+            ["--executor", "celery", "--concurrency", "4"],
+            1,
+            "CommandError: --concurrency does not apply to --executor celery: the Celery "
+            "workers' own --concurrency bounds what runs, and SCHEDULER_APP"
+            "['CELERY_MAX_IN_FLIGHT'] how many jobs a relay keeps published per queue.",
+        ),
     ],
-    ids=["concurrency-0", "poll-interval-not-a-number", "worker-id-too-long", "unknown-queue"],
+    ids=[
+        "concurrency-0",
+        "poll-interval-not-a-number",
+        "worker-id-too-long",
+        "unknown-queue",
+        "concurrency-with-celery",
+    ],
 )
 def test_runworker_rejects_bad_options(args, status, message):
     """Bad options exit non-zero with a clear message, before touching the database."""

@@ -106,6 +106,8 @@ def test_arguments_json_cannot_hold_are_refused_and_nothing_is_written():
         add.enqueue({1, 2}, 3)
     with pytest.raises(InvalidPayload, match="NaN or Infinity"):
         add.enqueue(math.nan, 3)
+    with pytest.raises(InvalidPayload, match="not valid Unicode"):
+        add.enqueue("\udc80", 3)
     assert not Job.objects.exists()
 
 

@@ -73,7 +73,7 @@ class Command(BaseCommand):
             "-c",
             "--concurrency",
             type=positive_int,
-            help="Jobs run at once (threads). Default: CONCURRENCY.",
+            help="Jobs run at once (threads). Default: CONCURRENCY. Not with --executor celery.",
         )
         parser.add_argument(
             "--batch-size",
@@ -140,6 +140,12 @@ class Command(BaseCommand):
             raise CommandError(
                 "Unknown queue(s): %s. SCHEDULER_APP['QUEUES'] lists: %s."
                 % (", ".join(unknown), ", ".join(known))
+            )
+        if options["executor"] == "celery" and options["concurrency"] is not None:
+            raise CommandError(
+                "--concurrency does not apply to --executor celery: the Celery workers' own "
+                "--concurrency bounds what runs, and SCHEDULER_APP['CELERY_MAX_IN_FLIGHT'] how "
+                "many jobs a relay keeps published per queue."
             )
         worker_options = WorkerOptions(
             queues=tuple(dict.fromkeys(queues)),
