@@ -116,7 +116,8 @@ SCHEDULER_APP = {
     "ALERT_INTERVAL": 15,
     "ADMIN_BASE_URL": env.str("ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
 }
-ADMINS = [("Demo operator", "ops@example.com")]
+# Django 6.0 takes plain addresses and deprecates (name, address) pairs.
+ADMINS = ["ops@example.com"] if django.VERSION >= (6, 0) else [("Demo operator", "ops@example.com")]
 
 LOGGING = {
     "version": 1,

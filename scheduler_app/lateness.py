@@ -80,6 +80,7 @@ def attempt_times(
         recorded.order_by()
         .values_list("task_name", "due_at", "started_at")
         .union(described.order_by().values_list("task_name", "run_at", "started_at"), all=True)
+        .order_by()  # no default ordering: its columns are not in the result (Django 6)
     )
 
 

@@ -312,7 +312,8 @@ class SendBatchAdmin(admin.ModelAdmin):
         action = self.get_actions(request).get("%s_action" % name)
         if action is None:
             raise PermissionDenied
-        func = action[0]
+        # Django 6.1 returns Action objects, earlier versions (func, name, description).
+        func = action.func if hasattr(action, "func") else action[0]
         response = func(self, request, self.get_queryset(request).filter(pk=batch.pk))
         return response or HttpResponseRedirect(
             reverse("admin:scheduler_app_sendbatch_change", args=[batch.pk])

@@ -93,11 +93,6 @@ class SuppressionAdmin(admin.ModelAdmin):
     def has_lift_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("scheduler_app.delete_suppression")
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
-
     def save_model(self, request: HttpRequest, obj: Suppression, form: Any, change: bool) -> None:
         _, created = suppress(
             form.cleaned_data["address"],

@@ -87,7 +87,7 @@ def test_a_sent_batch_page_shows_each_field_once_and_no_save_buttons(admin_page)
     form = page.locator("#sendbatch_form")
     assert form.locator("input:not([type=hidden]), textarea, select").count() == 0
     assert page.locator("h1").inner_text() == "View send batch"
-    crumbs = page.locator(".breadcrumbs").inner_text().split("\u203a")
+    crumbs = page.locator(".breadcrumbs a").all_inner_texts()  # a list on Django 6.1
     assert [c.strip() for c in crumbs[:3]] == ["Home", "Scheduler", "Send batches"]
 
 

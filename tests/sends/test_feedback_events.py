@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 
+import django
 import pytest
 from anymail.signals import AnymailTrackingEvent, tracking
 from django.core import mail
@@ -22,6 +23,13 @@ from tests.settings import SCHEDULER_APP
 
 SECRET = SCHEDULER_APP["FEEDBACK_WEBHOOK_SECRET"]
 T0 = dt.datetime(2027, 3, 1, 12, 0, tzinfo=dt.UTC)
+
+# Django 6.1 deprecates EMAIL_BACKEND in favour of MAILERS.
+ANYMAIL_TEST_BACKEND = (
+    {"MAILERS": {"default": {"BACKEND": "anymail.backends.test.EmailBackend"}}}
+    if django.VERSION >= (6, 1)
+    else {"EMAIL_BACKEND": "anymail.backends.test.EmailBackend"}
+)
 
 
 def anymail_event(event_type: str, **fields) -> None:
@@ -300,7 +308,7 @@ def test_the_dry_run_shows_who_would_be_skipped_and_why(customer, make_batch, se
 
 
 @pytest.mark.django_db
-@override_settings(EMAIL_BACKEND="anymail.backends.test.EmailBackend")
+@override_settings(**ANYMAIL_TEST_BACKEND)
 def test_with_anymail_the_esps_message_id_is_stored_and_ties_events_back(customer, make_batch):
     customer("ann@example.com", "Ann")
     batch = make_batch(provider="email")
