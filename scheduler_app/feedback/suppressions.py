@@ -249,7 +249,8 @@ def _recipient_of(event: Feedback) -> Recipient | None:
     if event.recipient_id is not None:
         return Recipient.objects.filter(pk=event.recipient_id).first()
     batch_id, _, key = event.idempotency_key.partition(":")
-    if key and batch_id.isdigit():
+    # ASCII digits that fit a bigint: int() refuses "²" and SQLite a number past 2**63.
+    if key and batch_id.isascii() and batch_id.isdigit() and len(batch_id) <= 18:
         found = Recipient.objects.filter(batch_id=int(batch_id), recipient_key=key).first()
         if found:
             return found

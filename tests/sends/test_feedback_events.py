@@ -169,6 +169,17 @@ def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_ba
             [{"id": "1", "type": "complaint", "address": "a@x.com", "occurred_at": "yesterday"}],
             "ISO 8601",
         ),
+        (
+            [
+                {
+                    "id": "1",
+                    "type": "complaint",
+                    "address": "a@x.com",
+                    "occurred_at": "2027-13-45T00:00:00Z",
+                }
+            ],
+            "Event '1': occurred_at must be ISO 8601",
+        ),
         ([], "at least one event"),
     ],
 )
@@ -187,6 +198,51 @@ def test_an_event_that_ties_back_to_nobody_is_reported_unmatched_not_as_a_duplic
     body = response.json()
     assert (body["recorded"], body["duplicates"]) == (0, 0)
     assert [u["id"] for u in body["unmatched"]] == ["webhook:w9"]
+    assert not FeedbackEvent.objects.exists()
+
+
+def post_signed(client, body: bytes):
+    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return client.post(
+        "/mail/feedback/",
+        body,
+        content_type="application/json",
+        headers={"X-Scheduler-Signature": signature},
+    )
+
+
+@pytest.mark.django_db
+def test_a_body_nested_too_deeply_is_a_400_not_a_server_error(client):
+    response = post_signed(client, b"[" * 100_000 + b"]" * 100_000)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "The body is not JSON: it is nested too deeply."
+
+
+@pytest.mark.django_db
+def test_a_body_over_the_upload_limit_is_a_413_that_says_so(client, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    events = [{"id": "1", "type": "complaint", "address": "a@x.com", "detail": "x" * 2000}]
+
+    response = post_webhook(client, events)
+
+    assert response.status_code == 413
+    assert response.json()["error"] == {
+        "code": "too_large",
+        "message": "The body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE (1000 bytes): "
+        "send fewer events per request.",
+    }
+    assert not FeedbackEvent.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key", ["\u00b2:ann", "9" * 30 + ":ann"])
+def test_a_key_whose_batch_part_is_no_batch_id_is_reported_unmatched(client, key):
+    """A superscript digit, or a number past any id, names no batch: unmatched, not a 500."""
+    response = post_webhook(client, [{"id": "w1", "type": "complaint", "key": key}])
+
+    assert response.status_code == 200
+    assert [u["id"] for u in response.json()["unmatched"]] == ["webhook:w1"]
     assert not FeedbackEvent.objects.exists()
 
 
