@@ -189,10 +189,17 @@ def _import(upload: Any, by: Any) -> tuple[int, int, list[str]]:
     except UnicodeDecodeError:
         return 0, 0, ["The file is not UTF-8 text."]
     reader = csv.DictReader(io.StringIO(text))
-    if "address" not in (reader.fieldnames or []):
+    try:
+        header, records = reader.fieldnames or [], list(reader)
+    except csv.Error as exc:  # e.g. a field over the csv module's limit
+        return 0, 0, ["Line %s is not valid CSV: %s." % (reader.reader.line_num, exc)]
+    if "address" not in header:
         return 0, 0, ["The first line must be a header naming an 'address' column."]
     rows, problems = [], []
-    for line, record in enumerate(reader, start=2):
+    for line, record in enumerate(records, start=2):
+        if any("\x00" in value for value in record.values() if isinstance(value, str)):
+            problems.append("Line %s: NUL characters are not allowed." % line)
+            continue
         address = normalise(record.get("address") or "")
         reason = (record.get("reason") or Suppression.Reason.MANUAL).strip()
         scope = (record.get("scope") or "").strip()

@@ -163,6 +163,37 @@ def test_a_file_without_an_address_header_is_refused(admin):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (
+            "address,detail\nann@example.com,ok\nbob@example.com,%s\n" % ("x" * 200_000),
+            "Line 3 is not valid CSV: field larger than field limit (131072).",
+        ),
+        (
+            "address,%s\nann@example.com,ok\n" % ("x" * 200_000),
+            "Line 1 is not valid CSV: field larger than field limit (131072).",
+        ),
+        (
+            "address,scope,detail\nann@example.com,news,ok\nbob@example.com,ne\x00ws,ok\n",
+            "Line 3: NUL characters are not allowed.",
+        ),
+        (
+            "address,detail\nann@example.com,ok\nbob@example.com,bad\x00detail\n",
+            "Line 3: NUL characters are not allowed.",
+        ),
+    ],
+    ids=["field-over-csv-limit", "header-over-csv-limit", "nul-in-scope", "nul-in-detail"],
+)
+def test_a_malformed_file_is_refused_with_a_message_and_nothing_imported(admin, content, problem):
+    response = admin.post(IMPORT, {"file": SimpleUploadedFile("s.csv", content.encode())})
+
+    assert response.status_code == 200
+    assert response.context["form"].errors["file"] == [problem]
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
 def test_the_batch_page_shows_its_unsubscribes_bounces_and_complaints(admin):
     batch = SendBatch.objects.create(
         name="News",
