@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import logging
 from collections.abc import Iterable
@@ -46,8 +47,18 @@ _SUPPRESSES = {
 
 
 def normalise(address: str) -> str:
-    """Return the form the list stores and compares: stripped and lower-cased."""
-    return address.strip().lower()
+    """Return the form the list stores and compares: stripped, lower-cased, the domain in
+    its ASCII (IDNA) form, as Django's mail sends it and ESPs report it back."""
+    local, at, domain = address.strip().lower().rpartition("@")
+    return local + at + _ascii_domain(domain) if at else domain
+
+
+@functools.lru_cache(maxsize=1024)
+def _ascii_domain(domain: str) -> str:
+    try:
+        return domain.encode("idna").decode("ascii")  # what django.core.mail does
+    except UnicodeError:  # no valid IDNA name (an empty or too long label): kept as given
+        return domain
 
 
 def reasons_for(addresses: Iterable[str], scope: str = "") -> dict[str, str]:

@@ -34,6 +34,7 @@ from scheduler_app.feedback import unsubscribe
 from scheduler_app.feedback.suppressions import (
     Feedback,
     Kind,
+    normalise,
     record_event,
     source_event_id,
     suppress,
@@ -90,7 +91,7 @@ class UnsubscribeView(View):
 
     def get(self, request: HttpRequest, token: str) -> HttpResponse:
         done = Suppression.objects.filter(
-            address=self.subscriber.address.strip().lower(),
+            address=normalise(self.subscriber.address),
             scope__in={"", self.subscriber.scope},
         ).exists()
         return render(

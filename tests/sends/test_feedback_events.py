@@ -247,6 +247,25 @@ def test_a_key_whose_batch_part_is_no_batch_id_is_reported_unmatched(client, key
 
 
 @pytest.mark.django_db
+def test_a_bounce_for_the_ascii_form_of_an_idn_address_stops_the_next_batch(
+    client, customer, make_batch
+):
+    """Django's mail sends ann@bücher.example as ann@xn--bcher-kva.example, the form an ESP
+    reports back: the list takes both spellings for one address."""
+    customer("ann@bücher.example", "Ann")
+    customer("bob@example.com", "Bob")
+    bounce = {"id": "b1", "type": "hard_bounce", "address": "Ann@XN--BCHER-KVA.example"}
+    assert post_webhook(client, [bounce]).json()["recorded"] == 1
+
+    batch = make_batch()
+    run_lane_now(batch)
+
+    ann = recipient(batch, "ann@bücher.example")
+    assert (ann.status, ann.last_error) == ("skipped", "suppressed: hard bounce (all mail)")
+    assert Suppression.objects.get().address == "ann@xn--bcher-kva.example"
+
+
+@pytest.mark.django_db
 def test_a_long_source_event_id_is_stored_hashed_and_still_deduplicated(client):
     long_id = "e" * 400
     for _ in range(2):
