@@ -6,6 +6,7 @@ Neither needs a login. The unsubscribe URL is rate-limited per client IP
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
 import json
@@ -42,6 +43,9 @@ from scheduler_app.feedback.suppressions import (
 from scheduler_app.models import Suppression
 
 logger = logging.getLogger("scheduler_app.feedback")
+
+#: The earliest occurred_at the webhook accepts.
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 #: The header that carries the webhook body's HMAC-SHA256, as "sha256=<hex>".
 SIGNATURE_HEADER = "X-Scheduler-Signature"
@@ -242,6 +246,12 @@ def _feedback(item: Any) -> Feedback:
             occurred = None
         if occurred is None or occurred.tzinfo is None:
             raise ValueError("Event %r: occurred_at must be ISO 8601 with an offset." % text["id"])
+        # A day of slack for the source's clock; outside it a date is a mistake (and year 1
+        # or 9999 overflows in UTC or in the soft-bounce window).
+        if not EPOCH <= occurred <= clock.now() + dt.timedelta(days=1):
+            raise ValueError(
+                "Event %r: occurred_at must lie between 1970 and a day from now." % text["id"]
+            )
     return Feedback(
         event_id=source_event_id("webhook", text["id"]),
         kind=text["type"],

@@ -180,6 +180,39 @@ def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_ba
             ],
             "Event '1': occurred_at must be ISO 8601",
         ),
+        (
+            [
+                {
+                    "id": "1",
+                    "type": "complaint",
+                    "address": "a@x.com",
+                    "occurred_at": "0001-01-01T00:00:00+05:00",
+                }
+            ],
+            "Event '1': occurred_at must lie between 1970 and a day from now.",
+        ),
+        (
+            [
+                {
+                    "id": "1",
+                    "type": "soft_bounce",
+                    "address": "a@x.com",
+                    "occurred_at": "0001-01-01T00:00:00Z",
+                }
+            ],
+            "Event '1': occurred_at must lie between 1970 and a day from now.",
+        ),
+        (
+            [
+                {
+                    "id": "1",
+                    "type": "complaint",
+                    "address": "a@x.com",
+                    "occurred_at": "9999-12-31T23:59:59-05:00",
+                }
+            ],
+            "Event '1': occurred_at must lie between 1970 and a day from now.",
+        ),
         ([], "at least one event"),
     ],
 )
