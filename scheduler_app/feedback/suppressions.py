@@ -46,11 +46,20 @@ _SUPPRESSES = {
 }
 
 
+#: The longest address the list stores (Suppression.address).
+MAX_ADDRESS_LENGTH = 320
+
+
 def normalise(address: str) -> str:
     """Return the form the list stores and compares: stripped, lower-cased, the domain in
     its ASCII (IDNA) form, as Django's mail sends it and ESPs report it back."""
     local, at, domain = address.strip().lower().rpartition("@")
-    return local + at + _ascii_domain(domain) if at else domain
+    if not at:
+        return domain
+    ascii_form = local + at + _ascii_domain(domain)
+    # Punycode is longer: past the 320 characters the list stores, an address could never be
+    # mailed anyway, so it is kept as given (and fits).
+    return ascii_form if len(ascii_form) <= MAX_ADDRESS_LENGTH else local + at + domain
 
 
 @functools.lru_cache(maxsize=1024)
