@@ -231,7 +231,9 @@ DESCRIPTIONS: dict[str, str] = {
         "newsletter) or `'all'` (all mail sent through scheduler_app)."
     ),
     "UNSUBSCRIBE_RATE_LIMIT": (
-        "Requests a minute one client IP may make to the public unsubscribe URL; more get 429."
+        "Requests a minute with a link that is no good one client IP may make to the public "
+        "unsubscribe URL; more get 429. Counted in Django's default cache, so share it between "
+        "processes (valid links are never limited)."
     ),
     "FEEDBACK_WEBHOOK_SECRET": (
         "The shared secret of the feedback webhook's HMAC-SHA256 signature; `None` turns the "
