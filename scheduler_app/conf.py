@@ -240,7 +240,8 @@ DESCRIPTIONS: dict[str, str] = {
         "webhook off (403)."
     ),
     "SOFT_BOUNCE_LIMIT": (
-        "Soft bounces of one address within `SOFT_BOUNCE_WINDOW` after which it is suppressed."
+        "Messages to one address that soft-bounced within `SOFT_BOUNCE_WINDOW` after which it "
+        "is suppressed (the retries an ESP reports of one message count once)."
     ),
     "SOFT_BOUNCE_WINDOW": ("Seconds over which soft bounces are counted (default 7 days)."),
     "COMPLAINT_RATE_LIMIT": (

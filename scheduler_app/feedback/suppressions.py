@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils.module_loading import import_string
 
 from scheduler_app import clock
@@ -242,11 +242,17 @@ def _apply(event: FeedbackEvent, scope: str | None) -> None:
             detail=event.detail,
         )
         return
-    # A soft bounce: suppressed once there were enough of them within the window.
+    # A soft bounce: suppressed once there were enough of them within the window. ESPs report
+    # each retry of one delayed message (greylisting): a message counts once, by its recipient
+    # row; a report tied to no recipient counts on its own.
     since = event.occurred_at - dt.timedelta(seconds=app_settings.SOFT_BOUNCE_WINDOW)
-    recent = FeedbackEvent.objects.filter(
+    counts = FeedbackEvent.objects.filter(
         address=event.address, kind=Kind.SOFT_BOUNCE, occurred_at__gte=since
-    ).count()
+    ).aggregate(
+        messages=Count("recipient", distinct=True),
+        untied=Count("pk", filter=Q(recipient__isnull=True)),
+    )
+    recent = counts["messages"] + counts["untied"]
     if recent >= app_settings.SOFT_BOUNCE_LIMIT:
         suppress(
             event.address,

@@ -133,6 +133,38 @@ def test_soft_bounces_suppress_only_after_the_limit_within_the_window():
 
 
 @pytest.mark.django_db
+def test_an_esp_reporting_each_retry_of_one_delayed_message_counts_one_soft_bounce(
+    customer, make_batch
+):
+    """Greylisting: the ESP reports a deferral per retry of the same message; that message
+    is one soft bounce, and three messages deferred are three."""
+    customer("ann@example.com", "Ann")
+    batches = [make_batch(name="News %s" % n, provider="email") for n in range(3)]
+    for batch in batches:
+        run_lane_now(batch)
+    keys = ["%s:%s" % (b.pk, recipient(b, "ann@example.com").recipient_key) for b in batches]
+
+    for retry in range(4):
+        anymail_event(
+            "deferred",
+            event_id="first-%s" % retry,
+            recipient="ann@example.com",
+            metadata={"scheduler_key": keys[0]},
+        )
+    assert not Suppression.objects.exists()
+
+    for n in (1, 2):
+        anymail_event(
+            "deferred",
+            event_id="other-%s" % n,
+            recipient="ann@example.com",
+            metadata={"scheduler_key": keys[n]},
+        )
+    row = Suppression.objects.get()
+    assert (row.reason, row.detail) == ("soft_bounces", "3 soft bounces within 604800.0s")
+
+
+@pytest.mark.django_db
 def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_batch):
     bob = recipient(sent_batch, "bob@example.com")
     events = [
