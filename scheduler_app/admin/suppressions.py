@@ -115,10 +115,10 @@ class SuppressionAdmin(admin.ModelAdmin):
     def lift_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
         form = LiftForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            rows = list(queryset)
-            for row in rows:
-                lift(row, why=form.cleaned_data["why"], by=request.user)
-            self.message_user(request, "Lifted %s suppression(s)." % len(rows), messages.SUCCESS)
+            lifted = sum(
+                lift(row, why=form.cleaned_data["why"], by=request.user) for row in queryset
+            )
+            self.message_user(request, "Lifted %s suppression(s)." % lifted, messages.SUCCESS)
             return None
         context = {
             **self.admin_site.each_context(request),

@@ -143,13 +143,17 @@ def suppress(
     return row, created
 
 
-def lift(suppression: Suppression, *, why: str, by: Any = None) -> None:
-    """Remove a suppression, recording who lifted it and why (required)."""
+def lift(suppression: Suppression, *, why: str, by: Any = None) -> bool:
+    """Remove a suppression, recording who lifted it and why (required); return False if it
+    was gone already (another operator lifted it), recording nothing."""
     if not why.strip():
         from scheduler_app.exceptions import ValidationError
 
         raise ValidationError("Say why the suppression is lifted.")
     with transaction.atomic():
+        deleted, _ = Suppression.objects.filter(pk=suppression.pk).delete()
+        if not deleted:
+            return False
         SuppressionRemoval.objects.create(
             address=suppression.address,
             scope=suppression.scope,
@@ -159,7 +163,7 @@ def lift(suppression: Suppression, *, why: str, by: Any = None) -> None:
             removed_by=as_user(by),
             removed_at=clock.now(),
         )
-        suppression.delete()
+    return True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

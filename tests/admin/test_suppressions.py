@@ -9,6 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from scheduler_app.feedback.suppressions import lift
 from scheduler_app.models import FeedbackEvent, SendBatch, Suppression, SuppressionRemoval
 from tests.admin.conftest import ACTION_CHECKBOX, client_for, get, messages_of
 
@@ -87,6 +88,20 @@ def test_lifting_asks_why_and_leaves_an_audit_row(admin, superuser):
         "re-subscribed by form",
         superuser,
     )
+
+
+@pytest.mark.django_db
+def test_a_suppression_another_operator_already_lifted_is_not_recorded_lifted_again(superuser):
+    """Two operators lift the same row: one lift and one audit row; the second learns so."""
+    row = suppressed("ann@example.com")
+    stale = Suppression.objects.get(pk=row.pk)  # what the second operator's request loaded
+
+    assert lift(row, why="asked to be mailed again", by=superuser) is True
+    assert lift(stale, why="me too", by=superuser) is False
+
+    assert list(SuppressionRemoval.objects.values_list("why", flat=True)) == [
+        "asked to be mailed again"
+    ]
 
 
 @pytest.mark.django_db
