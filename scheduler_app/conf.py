@@ -231,14 +231,17 @@ DESCRIPTIONS: dict[str, str] = {
         "newsletter) or `'all'` (all mail sent through scheduler_app)."
     ),
     "UNSUBSCRIBE_RATE_LIMIT": (
-        "Requests a minute one client IP may make to the public unsubscribe URL; more get 429."
+        "Requests a minute with a link that is no good one client IP may make to the public "
+        "unsubscribe URL; more get 429. Counted in Django's default cache, so share it between "
+        "processes (valid links are never limited)."
     ),
     "FEEDBACK_WEBHOOK_SECRET": (
         "The shared secret of the feedback webhook's HMAC-SHA256 signature; `None` turns the "
         "webhook off (403)."
     ),
     "SOFT_BOUNCE_LIMIT": (
-        "Soft bounces of one address within `SOFT_BOUNCE_WINDOW` after which it is suppressed."
+        "Messages to one address that soft-bounced within `SOFT_BOUNCE_WINDOW` after which it "
+        "is suppressed (the retries an ESP reports of one message count once)."
     ),
     "SOFT_BOUNCE_WINDOW": ("Seconds over which soft bounces are counted (default 7 days)."),
     "COMPLAINT_RATE_LIMIT": (

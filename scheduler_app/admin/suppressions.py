@@ -110,10 +110,10 @@ class SuppressionAdmin(admin.ModelAdmin):
     def lift_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
         form = LiftForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            rows = list(queryset)
-            for row in rows:
-                lift(row, why=form.cleaned_data["why"], by=request.user)
-            self.message_user(request, "Lifted %s suppression(s)." % len(rows), messages.SUCCESS)
+            lifted = sum(
+                lift(row, why=form.cleaned_data["why"], by=request.user) for row in queryset
+            )
+            self.message_user(request, "Lifted %s suppression(s)." % lifted, messages.SUCCESS)
             return None
         context = {
             **self.admin_site.each_context(request),
@@ -184,10 +184,17 @@ def _import(upload: Any, by: Any) -> tuple[int, int, list[str]]:
     except UnicodeDecodeError:
         return 0, 0, ["The file is not UTF-8 text."]
     reader = csv.DictReader(io.StringIO(text))
-    if "address" not in (reader.fieldnames or []):
+    try:
+        header, records = reader.fieldnames or [], list(reader)
+    except csv.Error as exc:  # e.g. a field over the csv module's limit
+        return 0, 0, ["Line %s is not valid CSV: %s." % (reader.reader.line_num, exc)]
+    if "address" not in header:
         return 0, 0, ["The first line must be a header naming an 'address' column."]
     rows, problems = [], []
-    for line, record in enumerate(reader, start=2):
+    for line, record in enumerate(records, start=2):
+        if any("\x00" in value for value in record.values() if isinstance(value, str)):
+            problems.append("Line %s: NUL characters are not allowed." % line)
+            continue
         address = normalise(record.get("address") or "")
         reason = (record.get("reason") or Suppression.Reason.MANUAL).strip()
         scope = (record.get("scope") or "").strip()

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import logging
 from collections.abc import Iterable
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.utils.module_loading import import_string
 
 from scheduler_app import clock
@@ -45,9 +46,28 @@ _SUPPRESSES = {
 }
 
 
+#: The longest address the list stores (Suppression.address).
+MAX_ADDRESS_LENGTH = 320
+
+
 def normalise(address: str) -> str:
-    """Return the form the list stores and compares: stripped and lower-cased."""
-    return address.strip().lower()
+    """Return the form the list stores and compares: stripped, lower-cased, the domain in
+    its ASCII (IDNA) form, as Django's mail sends it and ESPs report it back."""
+    local, at, domain = address.strip().lower().rpartition("@")
+    if not at:
+        return domain
+    ascii_form = local + at + _ascii_domain(domain)
+    # Punycode is longer: past the 320 characters the list stores, an address could never be
+    # mailed anyway, so it is kept as given (and fits).
+    return ascii_form if len(ascii_form) <= MAX_ADDRESS_LENGTH else local + at + domain
+
+
+@functools.lru_cache(maxsize=1024)
+def _ascii_domain(domain: str) -> str:
+    try:
+        return domain.encode("idna").decode("ascii")  # what django.core.mail does
+    except UnicodeError:  # no valid IDNA name (an empty or too long label): kept as given
+        return domain
 
 
 def reasons_for(addresses: Iterable[str], scope: str = "") -> dict[str, str]:
@@ -123,13 +143,17 @@ def suppress(
     return row, created
 
 
-def lift(suppression: Suppression, *, why: str, by: Any = None) -> None:
-    """Remove a suppression, recording who lifted it and why (required)."""
+def lift(suppression: Suppression, *, why: str, by: Any = None) -> bool:
+    """Remove a suppression, recording who lifted it and why (required); return False if it
+    was gone already (another operator lifted it), recording nothing."""
     if not why.strip():
         from scheduler_app.exceptions import ValidationError
 
         raise ValidationError("Say why the suppression is lifted.")
     with transaction.atomic():
+        deleted, _ = Suppression.objects.filter(pk=suppression.pk).delete()
+        if not deleted:
+            return False
         SuppressionRemoval.objects.create(
             address=suppression.address,
             scope=suppression.scope,
@@ -139,7 +163,7 @@ def lift(suppression: Suppression, *, why: str, by: Any = None) -> None:
             removed_by=as_user(by),
             removed_at=clock.now(),
         )
-        suppression.delete()
+    return True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -222,11 +246,17 @@ def _apply(event: FeedbackEvent, scope: str | None) -> None:
             detail=event.detail,
         )
         return
-    # A soft bounce: suppressed once there were enough of them within the window.
+    # A soft bounce: suppressed once there were enough of them within the window. ESPs report
+    # each retry of one delayed message (greylisting): a message counts once, by its recipient
+    # row; a report tied to no recipient counts on its own.
     since = event.occurred_at - dt.timedelta(seconds=app_settings.SOFT_BOUNCE_WINDOW)
-    recent = FeedbackEvent.objects.filter(
+    counts = FeedbackEvent.objects.filter(
         address=event.address, kind=Kind.SOFT_BOUNCE, occurred_at__gte=since
-    ).count()
+    ).aggregate(
+        messages=Count("recipient", distinct=True),
+        untied=Count("pk", filter=Q(recipient__isnull=True)),
+    )
+    recent = counts["messages"] + counts["untied"]
     if recent >= app_settings.SOFT_BOUNCE_LIMIT:
         suppress(
             event.address,
@@ -249,7 +279,8 @@ def _recipient_of(event: Feedback) -> Recipient | None:
     if event.recipient_id is not None:
         return Recipient.objects.filter(pk=event.recipient_id).first()
     batch_id, _, key = event.idempotency_key.partition(":")
-    if key and batch_id.isdigit():
+    # ASCII digits that fit a bigint: int() refuses "²" and SQLite a number past 2**63.
+    if key and batch_id.isascii() and batch_id.isdigit() and len(batch_id) <= 18:
         found = Recipient.objects.filter(batch_id=int(batch_id), recipient_key=key).first()
         if found:
             return found

@@ -6,14 +6,16 @@ Neither needs a login. The unsubscribe URL is rate-limited per client IP
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
 import json
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
-from django.core.exceptions import ValidationError
+from django.core.exceptions import RequestDataTooBig, ValidationError
 from django.core.validators import validate_email
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -33,6 +35,7 @@ from scheduler_app.feedback import unsubscribe
 from scheduler_app.feedback.suppressions import (
     Feedback,
     Kind,
+    normalise,
     record_event,
     source_event_id,
     suppress,
@@ -40,6 +43,9 @@ from scheduler_app.feedback.suppressions import (
 from scheduler_app.models import Suppression
 
 logger = logging.getLogger("scheduler_app.feedback")
+
+#: The earliest occurred_at the webhook accepts.
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 #: The header that carries the webhook body's HMAC-SHA256, as "sha256=<hex>".
 SIGNATURE_HEADER = "X-Scheduler-Signature"
@@ -89,7 +95,7 @@ class UnsubscribeView(View):
 
     def get(self, request: HttpRequest, token: str) -> HttpResponse:
         done = Suppression.objects.filter(
-            address=self.subscriber.address.strip().lower(),
+            address=normalise(self.subscriber.address),
             scope__in={"", self.subscriber.scope},
         ).exists()
         return render(
@@ -152,14 +158,22 @@ class FeedbackWebhookView(View):
         secret = app_settings.FEEDBACK_WEBHOOK_SECRET
         if not secret:
             return _problem(403, "The feedback webhook is off: FEEDBACK_WEBHOOK_SECRET is not set.")
+        try:
+            body = request.body
+        except RequestDataTooBig:
+            return _problem(
+                413,
+                "The body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE (%s bytes): send fewer "
+                "events per request." % settings.DATA_UPLOAD_MAX_MEMORY_SIZE,
+            )
         given = request.headers.get(SIGNATURE_HEADER, "")
-        expected = "sha256=" + hmac.new(secret.encode(), request.body, hashlib.sha256).hexdigest()
+        expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(given.encode(), expected.encode()):
             return _problem(
                 403, "The %s header is missing or does not match the body." % SIGNATURE_HEADER
             )
         try:
-            events = [_feedback(item) for item in _items(request.body)]
+            events = [_feedback(item) for item in _items(body)]
         except ValueError as exc:
             return _problem(400, str(exc))
         outcome = {"recorded": 0, "duplicates": 0, "unmatched": []}
@@ -174,11 +188,12 @@ class FeedbackWebhookView(View):
         return JsonResponse(outcome)
 
 
+#: The error code of each status the webhook answers with.
+_CODES = {400: "invalid", 403: "forbidden", 413: "too_large"}
+
+
 def _problem(status: int, message: str) -> JsonResponse:
-    return JsonResponse(
-        {"error": {"code": "invalid" if status == 400 else "forbidden", "message": message}},
-        status=status,
-    )
+    return JsonResponse({"error": {"code": _CODES[status], "message": message}}, status=status)
 
 
 def _items(body: bytes) -> list[dict[str, Any]]:
@@ -186,6 +201,8 @@ def _items(body: bytes) -> list[dict[str, Any]]:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError("The body is not JSON: %s." % exc) from exc
+    except RecursionError as exc:
+        raise ValueError("The body is not JSON: it is nested too deeply.") from exc
     items = data.get("events") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise ValueError('The body must be {"events": [...]} with at least one event.')
@@ -223,9 +240,18 @@ def _feedback(item: Any) -> Feedback:
         raise ValueError("Event %r: message_id or key is too long." % text["id"])
     occurred = None
     if text["occurred_at"]:
-        occurred = parse_datetime(text["occurred_at"])
+        try:
+            occurred = parse_datetime(text["occurred_at"])
+        except ValueError:  # well formed but impossible, e.g. month 13
+            occurred = None
         if occurred is None or occurred.tzinfo is None:
             raise ValueError("Event %r: occurred_at must be ISO 8601 with an offset." % text["id"])
+        # A day of slack for the source's clock; outside it a date is a mistake (and year 1
+        # or 9999 overflows in UTC or in the soft-bounce window).
+        if not EPOCH <= occurred <= clock.now() + dt.timedelta(days=1):
+            raise ValueError(
+                "Event %r: occurred_at must lie between 1970 and a day from now." % text["id"]
+            )
     return Feedback(
         event_id=source_event_id("webhook", text["id"]),
         kind=text["type"],

@@ -9,6 +9,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from scheduler_app.feedback.suppressions import lift
 from scheduler_app.models import FeedbackEvent, SendBatch, Suppression, SuppressionRemoval
 from tests.admin.conftest import ACTION_CHECKBOX, client_for, get, messages_of
 
@@ -90,6 +91,20 @@ def test_lifting_asks_why_and_leaves_an_audit_row(admin, superuser):
 
 
 @pytest.mark.django_db
+def test_a_suppression_another_operator_already_lifted_is_not_recorded_lifted_again(superuser):
+    """Two operators lift the same row: one lift and one audit row; the second learns so."""
+    row = suppressed("ann@example.com")
+    stale = Suppression.objects.get(pk=row.pk)  # what the second operator's request loaded
+
+    assert lift(row, why="asked to be mailed again", by=superuser) is True
+    assert lift(stale, why="me too", by=superuser) is False
+
+    assert list(SuppressionRemoval.objects.values_list("why", flat=True)) == [
+        "asked to be mailed again"
+    ]
+
+
+@pytest.mark.django_db
 def test_nobody_deletes_a_suppression_without_saying_why(admin, staff):
     row = suppressed("ann@example.com")
     actions = dict(get(admin, CHANGELIST).context["action_form"].fields["action"].choices)
@@ -159,6 +174,37 @@ def test_a_file_without_an_address_header_is_refused(admin):
         IMPORT, {"file": SimpleUploadedFile("s.csv", b"email\nann@example.com\n")}
     )
     assert "The first line must be a header naming an" in str(response.context["form"].errors)
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (
+            "address,detail\nann@example.com,ok\nbob@example.com,%s\n" % ("x" * 200_000),
+            "Line 3 is not valid CSV: field larger than field limit (131072).",
+        ),
+        (
+            "address,%s\nann@example.com,ok\n" % ("x" * 200_000),
+            "Line 1 is not valid CSV: field larger than field limit (131072).",
+        ),
+        (
+            "address,scope,detail\nann@example.com,news,ok\nbob@example.com,ne\x00ws,ok\n",
+            "Line 3: NUL characters are not allowed.",
+        ),
+        (
+            "address,detail\nann@example.com,ok\nbob@example.com,bad\x00detail\n",
+            "Line 3: NUL characters are not allowed.",
+        ),
+    ],
+    ids=["field-over-csv-limit", "header-over-csv-limit", "nul-in-scope", "nul-in-detail"],
+)
+def test_a_malformed_file_is_refused_with_a_message_and_nothing_imported(admin, content, problem):
+    response = admin.post(IMPORT, {"file": SimpleUploadedFile("s.csv", content.encode())})
+
+    assert response.status_code == 200
+    assert response.context["form"].errors["file"] == [problem]
     assert not Suppression.objects.exists()
 
 

@@ -106,3 +106,21 @@ def test_bad_input_gets_a_400_naming_the_field(ada, bea, body, field, message):
 def test_anonymous_callers_get_401(db):
     assert client_for(None).get(URL).status_code == 401
     assert client_for(None).post(URL, {}, format="json").status_code == 401
+
+
+@pytest.mark.django_db
+def test_an_idn_address_is_stored_in_ascii_form_unless_that_would_not_fit(ada):
+    """Punycode makes a domain longer: an address whose ASCII form passes the 320 characters
+    the list stores (it could never be mailed) is kept as given, never a server error."""
+    make_batch(ada, audience="newsletter")
+    client = client_for(ada)
+    label = "üäößéè" * 2
+    long_idn = "a@%s.com" % ".".join([label] * 24)  # 317 characters; 605 in ASCII
+
+    short = client.post(
+        URL, {"address": "Ann@Bücher.example", "scope": "newsletter"}, format="json"
+    )
+    long = client.post(URL, {"address": long_idn, "scope": "newsletter"}, format="json")
+
+    assert (short.status_code, short.json()["address"]) == (201, "ann@xn--bcher-kva.example")
+    assert (long.status_code, long.json()["address"]) == (201, long_idn)

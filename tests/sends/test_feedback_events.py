@@ -141,6 +141,38 @@ def test_soft_bounces_suppress_only_after_the_limit_within_the_window():
 
 
 @pytest.mark.django_db
+def test_an_esp_reporting_each_retry_of_one_delayed_message_counts_one_soft_bounce(
+    customer, make_batch
+):
+    """Greylisting: the ESP reports a deferral per retry of the same message; that message
+    is one soft bounce, and three messages deferred are three."""
+    customer("ann@example.com", "Ann")
+    batches = [make_batch(name="News %s" % n, provider="email") for n in range(3)]
+    for batch in batches:
+        run_lane_now(batch)
+    keys = ["%s:%s" % (b.pk, recipient(b, "ann@example.com").recipient_key) for b in batches]
+
+    for retry in range(4):
+        anymail_event(
+            "deferred",
+            event_id="first-%s" % retry,
+            recipient="ann@example.com",
+            metadata={"scheduler_key": keys[0]},
+        )
+    assert not Suppression.objects.exists()
+
+    for n in (1, 2):
+        anymail_event(
+            "deferred",
+            event_id="other-%s" % n,
+            recipient="ann@example.com",
+            metadata={"scheduler_key": keys[n]},
+        )
+    row = Suppression.objects.get()
+    assert (row.reason, row.detail) == ("soft_bounces", "3 soft bounces within 604800.0s")
+
+
+@pytest.mark.django_db
 def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_batch):
     bob = recipient(sent_batch, "bob@example.com")
     events = [
@@ -177,6 +209,50 @@ def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_ba
             [{"id": "1", "type": "complaint", "address": "a@x.com", "occurred_at": "yesterday"}],
             "ISO 8601",
         ),
+        (
+            [
+                {
+                    "id": "1",
+                    "type": "complaint",
+                    "address": "a@x.com",
+                    "occurred_at": "2027-13-45T00:00:00Z",
+                }
+            ],
+            "Event '1': occurred_at must be ISO 8601",
+        ),
+        (
+            [
+                {
+                    "id": "1",
+                    "type": "complaint",
+                    "address": "a@x.com",
+                    "occurred_at": "0001-01-01T00:00:00+05:00",
+                }
+            ],
+            "Event '1': occurred_at must lie between 1970 and a day from now.",
+        ),
+        (
+            [
+                {
+                    "id": "1",
+                    "type": "soft_bounce",
+                    "address": "a@x.com",
+                    "occurred_at": "0001-01-01T00:00:00Z",
+                }
+            ],
+            "Event '1': occurred_at must lie between 1970 and a day from now.",
+        ),
+        (
+            [
+                {
+                    "id": "1",
+                    "type": "complaint",
+                    "address": "a@x.com",
+                    "occurred_at": "9999-12-31T23:59:59-05:00",
+                }
+            ],
+            "Event '1': occurred_at must lie between 1970 and a day from now.",
+        ),
         ([], "at least one event"),
     ],
 )
@@ -196,6 +272,70 @@ def test_an_event_that_ties_back_to_nobody_is_reported_unmatched_not_as_a_duplic
     assert (body["recorded"], body["duplicates"]) == (0, 0)
     assert [u["id"] for u in body["unmatched"]] == ["webhook:w9"]
     assert not FeedbackEvent.objects.exists()
+
+
+def post_signed(client, body: bytes):
+    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return client.post(
+        "/mail/feedback/",
+        body,
+        content_type="application/json",
+        headers={"X-Scheduler-Signature": signature},
+    )
+
+
+@pytest.mark.django_db
+def test_a_body_nested_too_deeply_is_a_400_not_a_server_error(client):
+    response = post_signed(client, b"[" * 100_000 + b"]" * 100_000)
+
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "The body is not JSON: it is nested too deeply."
+
+
+@pytest.mark.django_db
+def test_a_body_over_the_upload_limit_is_a_413_that_says_so(client, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    events = [{"id": "1", "type": "complaint", "address": "a@x.com", "detail": "x" * 2000}]
+
+    response = post_webhook(client, events)
+
+    assert response.status_code == 413
+    assert response.json()["error"] == {
+        "code": "too_large",
+        "message": "The body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE (1000 bytes): "
+        "send fewer events per request.",
+    }
+    assert not FeedbackEvent.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("key", ["\u00b2:ann", "9" * 30 + ":ann"])
+def test_a_key_whose_batch_part_is_no_batch_id_is_reported_unmatched(client, key):
+    """A superscript digit, or a number past any id, names no batch: unmatched, not a 500."""
+    response = post_webhook(client, [{"id": "w1", "type": "complaint", "key": key}])
+
+    assert response.status_code == 200
+    assert [u["id"] for u in response.json()["unmatched"]] == ["webhook:w1"]
+    assert not FeedbackEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_bounce_for_the_ascii_form_of_an_idn_address_stops_the_next_batch(
+    client, customer, make_batch
+):
+    """Django's mail sends ann@bücher.example as ann@xn--bcher-kva.example, the form an ESP
+    reports back: the list takes both spellings for one address."""
+    customer("ann@bücher.example", "Ann")
+    customer("bob@example.com", "Bob")
+    bounce = {"id": "b1", "type": "hard_bounce", "address": "Ann@XN--BCHER-KVA.example"}
+    assert post_webhook(client, [bounce]).json()["recorded"] == 1
+
+    batch = make_batch()
+    run_lane_now(batch)
+
+    ann = recipient(batch, "ann@bücher.example")
+    assert (ann.status, ann.last_error) == ("skipped", "suppressed: hard bounce (all mail)")
+    assert Suppression.objects.get().address == "ann@xn--bcher-kva.example"
 
 
 @pytest.mark.django_db

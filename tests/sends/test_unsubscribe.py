@@ -153,6 +153,20 @@ def test_a_get_shows_a_button_and_never_unsubscribes(client, customer, make_batc
 
 
 @pytest.mark.django_db
+def test_after_unsubscribing_an_idn_address_the_page_says_it_is_done(client, customer, make_batch):
+    customer("Ann@Bücher.example", "Ann")
+    batch = make_batch()
+    run_lane_now(batch)
+    url = unsubscribe_url(recipient(batch, "Ann@Bücher.example").pk)
+
+    client.post(url, {"List-Unsubscribe": "One-Click"})
+    response = client.get(url)
+
+    assert "will no longer receive" in response.content.decode()
+    assert b'<form method="post">' not in response.content
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     "token",
     [
