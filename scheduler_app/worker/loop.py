@@ -94,6 +94,16 @@ class WorkerOptions:
         return dt.timedelta(seconds=self.lease_seconds)
 
 
+def evaluate_alerts() -> None:
+    """Evaluate the alert rules once on this thread's own connection, then close it."""
+    try:
+        evaluate_quietly()
+    except CONNECTION_ERRORS as exc:  # the loop notices an outage through its own queries
+        logger.warning("alert evaluation skipped: database error error=%s", exc)
+    finally:
+        connection.close()
+
+
 def default_worker_id() -> str:
     """Return ``host:pid:random``: unique per process, readable in the admin."""
     return "%s:%s:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
@@ -157,6 +167,7 @@ class Worker:
         self._renewer_stop = threading.Event()
         self._db_down_since: float | None = None
         self._paused = PausedScopes()
+        self._alerts: threading.Thread | None = None
         lease = options.lease_seconds
         self._duties = [
             Duty(name="kill switches", interval=lambda: CONTROL_REFRESH, run=self._read_controls),
@@ -196,7 +207,7 @@ class Worker:
                 Duty(
                     name="alerts",
                     interval=lambda: every * random.uniform(0.8, 1.2),
-                    run=lambda: self._with_db(evaluate_quietly),
+                    run=self._offer_alert_evaluation,
                     next_at=time.monotonic() + every * random.uniform(0.1, 1.0),
                 )
             )
@@ -723,6 +734,16 @@ class Worker:
             )
 
     # -- helpers -------------------------------------------------------------
+
+    def _offer_alert_evaluation(self) -> None:
+        # On a thread of its own: notifiers call out (a webhook, SMTP) and may block up to
+        # their timeout, while this loop must go on claiming and heartbeating.
+        if self._alerts is not None and self._alerts.is_alive():
+            return  # the previous evaluation is still delivering
+        self._alerts = threading.Thread(
+            target=evaluate_alerts, name="scheduler-alerts", daemon=True
+        )
+        self._alerts.start()
 
     def _start_threads(self) -> None:
         for _ in range(self.options.concurrency):

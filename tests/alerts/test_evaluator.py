@@ -3,9 +3,11 @@ acknowledgement, and no duplicates when two evaluators run at once."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import http.server
 import json
+import socket
 import threading
 
 import pytest
@@ -15,6 +17,7 @@ from django.core import mail
 from django.db import connection
 from django.test import override_settings
 
+from scheduler_app import clock, schedule
 from scheduler_app.alerts import acknowledge, open_alert
 from scheduler_app.alerts.evaluator import evaluate
 from scheduler_app.clock import frozen_clock
@@ -22,6 +25,7 @@ from scheduler_app.models import Alert, Job
 from scheduler_app.signals import alert_opened, alert_resolved
 from tests.alerts.helpers import T0, open_alerts
 from tests.alerts.notifiers import Exploding
+from tests.helpers import running_worker, wait_for_status, wait_until
 
 Kind = Alert.Kind
 HOUR = dt.timedelta(hours=1)
@@ -237,3 +241,43 @@ def test_two_processes_opening_the_same_alert_at_once_end_with_one_row():
     assert not errors
     assert sorted(outcomes) == [False, True]
     assert Alert.objects.filter(kind=Kind.STALE_SEND).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notifier_that_hangs_does_not_stop_the_worker_claiming_jobs():
+    """A webhook that never answers holds up only its own delivery, not the worker's loop."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])  # and never answer
+
+    threading.Thread(target=accept, daemon=True).start()
+    url = "http://127.0.0.1:%s/hook" % listener.getsockname()[1]
+    Job.objects.create(  # a due job on a queue nobody serves: a no_worker alert
+        task_name="tests.noop", queue="slow", scheduled_for=clock.now(), run_at=clock.now()
+    )
+    try:
+        with (
+            alert_settings(
+                ALERT_NOTIFIERS=[
+                    {"class": "scheduler_app.alerts.notifiers.Webhook", "url": url, "timeout": 60}
+                ]
+            ),
+            running_worker(alert_interval=0.05, heartbeat_interval=0.2),
+        ):
+            wait_until(lambda: accepted, message="the webhook delivery to start")
+            job = schedule("tests.noop", {})
+            # Well inside the webhook's 60 s timeout: the loop went on claiming.
+            assert wait_for_status(job, Job.Status.SUCCEEDED, timeout=10)
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+        wait_until(  # its delivery failed: the evaluation's thread closed its connection
+            lambda: not any(t.name == "scheduler-alerts" for t in threading.enumerate()),
+            message="the alert thread to end",
+        )
+    assert Alert.objects.filter(kind=Kind.NO_WORKER, resolved_at=None).count() == 1
