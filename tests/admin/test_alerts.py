@@ -48,13 +48,14 @@ def test_workers_are_listed_and_cannot_be_changed(admin):
         worker_id="host:1:abc",
         host="host",
         pid=1,
-        queues=["default"],
+        queues=["default", "emails"],
         concurrency=4,
         started_at=now,
         last_seen_at=now,
     )
     page = get(admin, changelist("workerheartbeat"))
     assert "host:1:abc" in page.content.decode()
+    assert '<td class="field-queues_display">default, emails</td>' in page.content.decode()
     response = admin.post(
         "/admin/scheduler_app/workerheartbeat/%s/change/" % worker.pk, {"host": "other"}
     )
