@@ -19,6 +19,22 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
     echo "start.sh needs Python 3.11 or newer; '$PYTHON' is not. Set PYTHON=/path/to/python3.11." >&2
     exit 1
 fi
+# Before anything else: a port another program holds would make runserver fail after the
+# demo was announced at an address that program serves. SO_REUSEADDR, as runserver binds.
+if ! "$PYTHON" - "$PORT" 2>/dev/null <<'PY'
+import socket, sys
+probe = socket.socket()
+probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+try:
+    probe.bind(("127.0.0.1", int(sys.argv[1])))
+except (OSError, ValueError):
+    sys.exit(1)
+PY
+then
+    echo "Port $PORT on 127.0.0.1 is in use (is the demo already running?)." \
+        "Pick another: PORT=8001 bash example_project/start.sh" >&2
+    exit 1
+fi
 if [ ! -x "$PY" ]; then
     say "Creating $VENV with $("$PYTHON" --version)"
     "$PYTHON" -m venv "$VENV"

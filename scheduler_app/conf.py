@@ -17,8 +17,8 @@ DEFAULTS: dict[str, Any] = {
     # Queues a job may be scheduled on; anything else is refused.
     "QUEUES": ["default"],
     # Worker defaults (each one a runworker option too). 10: four workers open at most
-    # 4 x (10 executors + 10 send-lane claim keepers + loop + LISTEN + lease renewal) = 92
-    # connections, under PostgreSQL's default max_connections of 100 (docs/performance.md).
+    # 4 x (10 executors + 10 send-lane claim keepers + loop + LISTEN + lease renewal + alerts)
+    # = 96 connections, under PostgreSQL's default max_connections of 100 (docs/performance.md).
     "CONCURRENCY": 10,
     "CLAIM_BATCH_SIZE": 100,
     "POLL_INTERVAL": 1.0,
@@ -125,7 +125,7 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "CONCURRENCY": (
         "Jobs one worker runs at once, each in its own thread (`--concurrency`). A worker "
-        "opens up to 2 x CONCURRENCY + 3 database connections (see the performance guide)."
+        "opens up to 2 x CONCURRENCY + 4 database connections (see the performance guide)."
     ),
     "CLAIM_BATCH_SIZE": ("Most jobs a worker claims in one statement (`--batch-size`)."),
     "POLL_INTERVAL": (

@@ -71,6 +71,11 @@ class AlertAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Alert | None = None) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Alert | None = None) -> bool:
+        # Nothing on an alert is editable: its page is a view page. The changelist keeps
+        # the change permission for the acknowledge action.
+        return obj is None and super().has_change_permission(request)
+
     @admin.display(description="look at")
     def link(self, alert: Alert) -> str:
         return format_html('<a href="{}">open</a>', alert.admin_url) if alert.admin_url else "-"

@@ -24,6 +24,16 @@ PREVIEW_COUNT = 10
 
 
 class ScheduleForm(forms.ModelForm):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Django's split date/time widget puts plain "Date:" and "Time:" text before its two
+        # boxes, not labels: name each box for screen readers.
+        start_at = self.fields.get("start_at")
+        if start_at is not None and isinstance(start_at.widget, forms.MultiWidget):
+            date, time = start_at.widget.widgets
+            date.attrs["aria-label"] = "Start at: date"
+            time.attrs["aria-label"] = "Start at: time"
+
     def clean_payload(self) -> Any:
         value = self.cleaned_data["payload"]
         try:

@@ -16,7 +16,7 @@ class WorkerHeartbeatAdmin(admin.ModelAdmin):
         "host",
         "pid",
         "version",
-        "queues",
+        "queues_display",
         "concurrency",
         "running",
         "started_at",
@@ -24,6 +24,10 @@ class WorkerHeartbeatAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "host"]
     search_fields = ["worker_id", "host"]
+
+    @admin.display(description="queues")
+    def queues_display(self, worker: WorkerHeartbeat) -> str:
+        return ", ".join(worker.queues or [])
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

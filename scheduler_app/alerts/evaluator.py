@@ -1,6 +1,6 @@
 """The evaluator: run every rule, open what they find, resolve what they no longer find.
 
-Workers run it every ALERT_INTERVAL (a worker Duty) and ``scheduler_health``
+Workers run it every ALERT_INTERVAL (on a thread of their own) and ``scheduler_health``
 runs it before it answers. One process at a time: on PostgreSQL a
 transaction-level advisory lock (a second evaluator skips its turn); on
 SQLite the database's single writer serialises them.

@@ -13,7 +13,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min, Q, QuerySet
 
 from scheduler_app.alerts.links import admin_link
 from scheduler_app.conf import app_settings
@@ -193,9 +193,8 @@ def absent(situation: Situation) -> list[Finding]:
             job__finished_at__gte=since,
         ).exists()
         if not succeeded:
-            findings.append(
-                _absent("schedule:%s" % schedule.name, schedule.task_name, window, situation.now)
-            )
+            ran = Job.objects.filter(schedule_occurrences__schedule=schedule)
+            findings.append(_absent("schedule:%s" % schedule.name, schedule.task_name, window, ran))
     for task_name, targets in situation.targets.items():
         window = targets.expected_every
         if not window or task_name in scheduled_tasks:
@@ -209,13 +208,15 @@ def absent(situation: Situation) -> list[Finding]:
             has_history
             and not finished.filter(status=Job.Status.SUCCEEDED, finished_at__gte=since).exists()
         ):
-            findings.append(_absent("task:%s" % task_name, task_name, window, situation.now))
+            findings.append(_absent("task:%s" % task_name, task_name, window, finished))
     return findings
 
 
-def _absent(subject: str, task_name: str, window: dt.timedelta, now: dt.datetime) -> Finding:
+def _absent(subject: str, task_name: str, window: dt.timedelta, jobs: QuerySet[Job]) -> Finding:
+    """Return the absent finding; its last success is the latest among ``jobs`` (the subject's
+    own: a schedule's occurrences, not every job of its task)."""
     last = (
-        Job.objects.filter(task_name=task_name, status=Job.Status.SUCCEEDED)
+        jobs.filter(status=Job.Status.SUCCEEDED)
         .order_by("-finished_at")
         .values_list("finished_at", flat=True)
         .first()

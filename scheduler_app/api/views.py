@@ -716,6 +716,7 @@ class ApiRootView(APIView):
         "jobs": "job-list",
         "batches": "batch-list",
         "messages": "message-list",
+        "suppressions": "suppression-list",
         "schema": "schema",
         "docs": "docs",
     }

@@ -170,10 +170,24 @@ class Schedule(models.Model):
             errors["interval"] = _(
                 "A fixed rate or fixed delay schedule needs a positive interval."
             )
+        task_count_key = ""
         try:
-            get_task(self.task_name)
+            task_count_key = get_task(self.task_name).targets.count_key
         except UnknownTask as exc:
             errors["task_name"] = exc.message
+        # The rules @task and SCHEDULES apply (scheduler_app.targets): a target that could
+        # never alert, or always would, is refused rather than silently ignored.
+        for name in ("lateness_target", "max_runtime", "expected_every"):
+            value = getattr(self, name)
+            if value is not None and value <= dt.timedelta(0):
+                errors[name] = _("Must be positive; leave it empty for no target.")
+        if self.zero_runs_alert is not None:
+            if self.zero_runs_alert < 1:
+                errors["zero_runs_alert"] = _("Must be at least 1; leave it empty for no alert.")
+            elif not (self.count_key or task_count_key):
+                errors["zero_runs_alert"] = _(
+                    "Needs a count key (the result key that counts items), here or on the task."
+                )
         if errors:
             raise ValidationError(errors)
 

@@ -10,6 +10,7 @@ import pytest
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
 from tests.admin.conftest import change, form_data, messages_of, post_action
+from tests.alerts.helpers import COUNTED
 
 pytestmark = pytest.mark.django_db
 
@@ -192,3 +193,42 @@ def test_add_form_with_a_blank_payload_saves_an_empty_payload(admin):
     )
     assert response.status_code == 302
     assert Schedule.objects.get(name="nightly").payload == {}
+
+
+def test_change_form_refuses_targets_that_would_never_or_always_alert(admin, make_schedule):
+    """The admin refuses what @task and SCHEDULES refuse: no silent target that cannot work."""
+    schedule = make_schedule()
+    data = form_data(admin.get(change("schedule", schedule.pk)))
+    data.update(
+        lateness_target="-30",  # a negative target: every run would be "late"
+        max_runtime="0",
+        expected_every="-3600",
+        zero_runs_alert="0",
+    )
+    response = admin.post(change("schedule", schedule.pk), data)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {
+        "lateness_target": ["Must be positive; leave it empty for no target."],
+        "max_runtime": ["Must be positive; leave it empty for no target."],
+        "expected_every": ["Must be positive; leave it empty for no target."],
+        "zero_runs_alert": ["Must be at least 1; leave it empty for no alert."],
+    }
+
+    data.update(lateness_target="", max_runtime="", expected_every="", zero_runs_alert="3")
+    response = admin.post(change("schedule", schedule.pk), data)
+    assert response.context["adminform"].form.errors == {
+        "zero_runs_alert": [
+            "Needs a count key (the result key that counts items), here or on the task."
+        ]
+    }
+    stored = Schedule.objects.get(pk=schedule.pk)
+    assert (stored.lateness_target, stored.zero_runs_alert) == (None, None)
+
+
+def test_a_zero_runs_alert_may_count_with_the_tasks_count_key(admin, make_schedule):
+    schedule = make_schedule(task_name=COUNTED)  # the task declares count_key="processed"
+    data = form_data(admin.get(change("schedule", schedule.pk)))
+    data["zero_runs_alert"] = "3"
+    response = admin.post(change("schedule", schedule.pk), data)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Schedule.objects.get(pk=schedule.pk).zero_runs_alert == 3

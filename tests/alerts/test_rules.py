@@ -129,6 +129,34 @@ def test_absent_for_a_schedule_follows_its_recurrence_by_default():
         assert set(open_alerts(Kind.ABSENT)) == {"schedule:every-ten"}
 
 
+def test_absent_for_a_schedule_reports_the_schedules_last_success_not_its_tasks():
+    """A job of the same task run outside the schedule is no success of the schedule."""
+    with frozen_clock(T0):
+        schedule = Schedule.objects.create(
+            name="every-ten",
+            task_name="tests.noop",
+            kind=Schedule.Kind.FIXED_RATE,
+            interval=dt.timedelta(minutes=10),
+            created_at=T0 - HOUR,
+        )
+        ran = job("tests.noop", Job.Status.SUCCEEDED, at=T0 - 30 * MINUTE)
+        ScheduleOccurrence.objects.create(
+            schedule=schedule, occurrence_at=T0 - 31 * MINUTE, outcome="enqueued", job=ran
+        )
+        job("tests.noop", Job.Status.SUCCEEDED, at=T0 - MINUTE)  # scheduled by hand
+        evaluate()
+
+        alert = open_alerts(Kind.ABSENT)["schedule:every-ten"]
+        assert alert.numbers == {
+            "expected_every_seconds": 720,
+            "last_success": (T0 - 30 * MINUTE).isoformat(),
+        }
+        assert alert.summary == (
+            "schedule:every-ten has not succeeded for longer than 0:12:00 "
+            "(last success: %s)." % (T0 - 30 * MINUTE).isoformat()
+        )
+
+
 def test_suspicious_success_needs_n_zero_runs_in_a_row_and_a_result_without_the_key_never_counts():
     with frozen_clock(T0):
         job(COUNTED, Job.Status.SUCCEEDED, at=T0 - 3 * MINUTE, result={"processed": 0})

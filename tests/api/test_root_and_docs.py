@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib.staticfiles import finders
 from django.test import Client, override_settings
 
+from scheduler_app.api.urls import router
 from scheduler_app.api.views import DocsView
 from scheduler_app.checks import check_api_docs_assets
 
@@ -19,6 +20,7 @@ LINKS = {
     "jobs": "jobs/",
     "batches": "batches/",
     "messages": "messages/",
+    "suppressions": "suppressions/",
     "schema": "schema/",
     "docs": "docs/",
 }
@@ -32,6 +34,7 @@ def test_api_root_lists_every_endpoint_and_the_schema_and_docs():
     assert response.json() == {key: "http://testserver/api/" + path for key, path in LINKS.items()}
     for key in ("schema", "docs"):  # public, like the root
         assert Client().get(response.json()[key]).status_code == 200
+    assert {prefix + "/" for prefix, *_ in router.registry} <= set(LINKS.values())
 
 
 @override_settings(ROOT_URLCONF="tests.api.urls_elsewhere")

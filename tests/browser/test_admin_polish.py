@@ -11,7 +11,7 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from scheduler_app import schedule
-from scheduler_app.models import Control, Job, SendBatch
+from scheduler_app.models import Control, Job, Schedule, SendBatch
 from scheduler_app.sends import states
 from scheduler_app.sends.batches import schedule_batch
 from scheduler_app.sends.dispatch import start_sending
@@ -291,3 +291,35 @@ def test_axe_finds_no_serious_or_critical_problem_on_the_operator_pages(audited_
         if serious:
             found[name] = serious
     assert found == {}
+
+
+@pytest.fixture
+def more_scheduler_pages(admin_page):
+    """The scheduler's other admin pages (lists and object pages), with something on each."""
+    from scheduler_app.alerts import open_alert
+    from scheduler_app.models import Alert
+
+    make_customers(2)
+    scheduled_batch()
+    job = schedule("tests.record", {}, delay=3600)
+    alert, _ = open_alert(kind=Alert.Kind.OVERDUE, subject="task:tests.record", summary="late")
+    nightly = Schedule.objects.create(name="nightly", task_name="tests.noop", cron="0 3 * * *")
+    return admin_page, {
+        "schedule": "/admin/scheduler_app/schedule/%s/change/" % nightly.pk,
+        "operations overview": "/admin/scheduler_app/operationsoverview/",
+        "alert": "/admin/scheduler_app/alert/%s/change/" % alert.pk,
+        "job": "/admin/scheduler_app/job/%s/change/" % job.pk,
+        "send batches": "/admin/scheduler_app/sendbatch/",
+        "recipients": "/admin/scheduler_app/recipient/",
+        "worker heartbeats": "/admin/scheduler_app/workerheartbeat/",
+        "prune runs": "/admin/scheduler_app/prunerun/",
+        "suppressions": "/admin/scheduler_app/suppression/",
+    }
+
+
+def test_axe_finds_no_serious_or_critical_problem_on_the_other_scheduler_pages(
+    more_scheduler_pages,
+):
+    """Breadcrumb links are underlined on every scheduler page, not only the ones audited above,
+    and a schedule's start date and time boxes have names."""
+    test_axe_finds_no_serious_or_critical_problem_on_the_operator_pages(more_scheduler_pages)
