@@ -257,7 +257,7 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
             )
         else:
             # The send is measured on its own: an empty recipient table.
-            cursor.execute("TRUNCATE %s" % table)
+            cursor.execute("TRUNCATE %s CASCADE" % table)
         cursor.execute("VACUUM ANALYZE %s" % table)
     if not history:
         SendBatch.objects.filter(pk=batch.pk).delete()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import migrations
+from django.db.models import Index
 
 
 class AddIndexConcurrently(migrations.AddIndex):
@@ -40,3 +41,69 @@ class AddIndexConcurrently(migrations.AddIndex):
         model = from_state.apps.get_model(app_label, self.model_name)
         if self.allow_migrate_model(schema_editor.connection.alias, model):
             schema_editor.remove_index(model, self.index, concurrently=True)
+
+
+class RemoveIndexConcurrently(migrations.RemoveIndex):
+    """RemoveIndex, dropped with CONCURRENTLY on PostgreSQL; in a non-atomic migration."""
+
+    atomic = False
+
+    def describe(self) -> str:
+        return "Concurrently remove index %s from %s" % (self.name, self.model_name)
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+            return
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+            schema_editor.remove_index(model, index, concurrently=True)
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+            return
+        model = to_state.apps.get_model(app_label, self.model_name)
+        if self.allow_migrate_model(schema_editor.connection.alias, model):
+            index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+            schema_editor.add_index(model, index, concurrently=True)
+
+
+class DropFieldIndexConcurrently(migrations.AlterField):
+    """AlterField that turns a field's ``db_index`` off; the index is dropped with
+    CONCURRENTLY on PostgreSQL (in a non-atomic migration). Backwards, it is built
+    again the plain way."""
+
+    atomic = False
+
+    def describe(self) -> str:
+        return "Concurrently drop the index of %s.%s" % (self.model_name, self.name)
+
+    def database_forwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        if schema_editor.connection.vendor != "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+            return
+        model = from_state.apps.get_model(app_label, self.model_name)
+        if not self.allow_migrate_model(schema_editor.connection.alias, model):
+            return
+        column = model._meta.get_field(self.name).column
+        declared = {index.name for index in model._meta.indexes}
+        for name in schema_editor._constraint_names(
+            model, [column], index=True, type_=Index.suffix, exclude=declared
+        ):
+            schema_editor.execute(
+                "DROP INDEX CONCURRENTLY IF EXISTS %s" % schema_editor.quote_name(name)
+            )
+
+    def database_backwards(
+        self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
+    ) -> None:
+        # AlterField's own backwards calls database_forwards with the states swapped.
+        super().database_forwards(app_label, schema_editor, from_state, to_state)

@@ -122,12 +122,16 @@ class Job(models.Model):
 
     # NULL, not "", for "no key": the partial unique constraint ignores NULLs.
     unique_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    # The foreign keys' indexes are the partial ones in Meta.indexes: most jobs have
+    # no owner and were never cancelled by a user, and every index on this table is
+    # written on each claim and finish.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="scheduler_jobs",
+        db_index=False,
     )
     cancelled_at = models.DateTimeField(null=True, blank=True)
     cancelled_by = models.ForeignKey(
@@ -136,6 +140,7 @@ class Job(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        db_index=False,
     )
     created_at = models.DateTimeField(default=clock.now)
 
@@ -182,8 +187,18 @@ class Job(models.Model):
                 condition=Q(status="running"),
                 name="scheduler_job_leases",
             ),
-            models.Index(fields=["owner", "-id"], name="scheduler_job_owner"),
-            models.Index(fields=["task_name", "status"], name="scheduler_job_task_status"),
+            # An owner's jobs, newest first (the API's lists); only jobs that have one.
+            models.Index(
+                fields=["owner", "-id"],
+                condition=Q(owner__isnull=False),
+                name="scheduler_job_owned",
+            ),
+            # Deleting a user sets cancelled_by to NULL on the jobs they cancelled.
+            models.Index(
+                fields=["cancelled_by"],
+                condition=Q(cancelled_by__isnull=False),
+                name="scheduler_job_cancelled_by",
+            ),
             # The pruner's query: finished jobs oldest first, read straight from the index.
             models.Index(
                 fields=["finished_at"],
@@ -191,14 +206,12 @@ class Job(models.Model):
                 name="scheduler_job_prunable",
             ),
             # The alert rules: a task's latest successes (absent, suspicious success) and
-            # the final outcomes of the last hour (failing).
+            # final outcomes (failing reads scheduler_job_prunable). Only final outcomes,
+            # so that a claim does not write it.
             models.Index(
-                fields=["task_name", "status", "finished_at"], name="scheduler_job_task_finished"
-            ),
-            models.Index(
-                fields=["finished_at"],
+                fields=["task_name", "status", "finished_at"],
                 condition=Q(status__in=["succeeded", "failed"]),
-                name="scheduler_job_finished",
+                name="scheduler_job_task_outcomes",
             ),
         ]
 

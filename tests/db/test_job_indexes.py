@@ -1,0 +1,132 @@
+"""Every index on the job table that covers a row is written when a claim or a finish
+changes the row (neither is a HOT update): only the indexes a claimed job needs may
+cover it (issue #14: the cost of each job). Migration 0016, which slims them, runs
+forwards and backwards on a database of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import psycopg
+import pytest
+from django.db import connection
+
+from scheduler_app import clock
+from scheduler_app.models import Job
+from tests.helpers import REPO, database_url
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
+
+
+def _indexes_covering(job_id: int) -> set[str]:
+    """Return the job table's indexes whose predicate admits the row ``job_id``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexrelid::regclass::text, pg_get_expr(indpred, indrelid) FROM pg_index "
+            "WHERE indrelid = 'scheduler_app_job'::regclass"
+        )
+        covering = set()
+        for name, predicate in cursor.fetchall():
+            cursor.execute(
+                "SELECT count(*) FROM scheduler_app_job WHERE id = %%s AND (%s)"
+                % (predicate or "true"),
+                [job_id],
+            )
+            if cursor.fetchone()[0]:
+                covering.add(name)
+        return covering
+
+
+def test_a_claimed_job_is_in_only_the_indexes_a_running_job_needs():
+    now = clock.now()
+    job = Job.objects.create(
+        task_name="tests.record",
+        status=Job.Status.RUNNING,
+        scheduled_for=now,
+        run_at=now,
+        started_at=now,
+        lease_expires_at=now,
+        attempts=1,
+    )
+
+    assert _indexes_covering(job.pk) == {
+        "scheduler_app_job_pkey",
+        "scheduler_job_leases",  # lease renewal and rescue
+        "scheduler_job_unique_key_unfinished",  # the unique key of unfinished jobs
+    }
+
+
+def test_a_succeeded_job_is_in_only_the_indexes_finished_jobs_need():
+    now = clock.now()
+    job = Job.objects.create(
+        task_name="tests.record",
+        status=Job.Status.SUCCEEDED,
+        scheduled_for=now,
+        run_at=now,
+        started_at=now,
+        finished_at=now,
+        attempts=1,
+    )
+
+    assert _indexes_covering(job.pk) == {
+        "scheduler_app_job_pkey",
+        "scheduler_job_prunable",  # retention, the failing alert
+        "scheduler_job_task_outcomes",  # the absent and suspicious-success alerts
+    }
+
+
+def test_migration_0016_runs_forwards_and_backwards():
+    scratch = "%s_indexes" % connection.settings_dict["NAME"]
+    url = database_url().rsplit("/", 1)[0] + "/" + scratch
+    admin = database_url().rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin.replace("postgres://", "postgresql://"), autocommit=True) as db:
+        db.execute('DROP DATABASE IF EXISTS "%s"' % scratch)
+        db.execute('CREATE DATABASE "%s"' % scratch)
+
+    def migrate(*target: str) -> None:
+        subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "--settings=tests.settings", *target],
+            cwd=REPO,
+            env={**os.environ, "DATABASE_URL": url},
+            check=True,
+            capture_output=True,
+        )
+
+    def indexes() -> set[str]:
+        with psycopg.connect(url.replace("postgres://", "postgresql://")) as db:
+            rows = db.execute(
+                "SELECT indexname FROM pg_indexes WHERE tablename = 'scheduler_app_job'"
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    try:
+        migrate()
+        after = indexes()
+        migrate("scheduler_app", "0015")
+        before = indexes()
+        migrate()
+        assert indexes() == after
+    finally:
+        with psycopg.connect(admin.replace("postgres://", "postgresql://"), autocommit=True) as db:
+            db.execute('DROP DATABASE IF EXISTS "%s"' % scratch)
+
+    assert after - before == {
+        "scheduler_job_owned",
+        "scheduler_job_cancelled_by",
+        "scheduler_job_task_outcomes",
+    }
+    assert {name for name in before - after if not name.startswith("scheduler_app_job_")} == {
+        "scheduler_job_owner",
+        "scheduler_job_task_status",
+        "scheduler_job_task_finished",
+        "scheduler_job_finished",
+    }
+    # The foreign keys' own full indexes (Django names them after the column).
+    assert {
+        name.split("_")[3] for name in before - after if name.startswith("scheduler_app_job_")
+    } == {
+        "owner",
+        "cancelled",
+    }
