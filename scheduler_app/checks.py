@@ -59,7 +59,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
         )
     for name in POSITIVE_NUMBERS:
         value = getattr(app_settings, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if not _number(value) or value <= 0:
             errors.append(
                 Error(
                     "SCHEDULER_APP[%r] must be a positive number." % name, id="scheduler_app.E003"
@@ -75,7 +75,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
     for name in NON_NEGATIVE_NUMBERS:
         value = getattr(app_settings, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        if not _number(value) or value < 0:
             errors.append(
                 Error("SCHEDULER_APP[%r] must be a number >= 0." % name, id="scheduler_app.E005")
             )
@@ -133,7 +133,7 @@ def _check_celery() -> list[Error]:
         )
     wait = app_settings.CELERY_MAX_BROKER_WAIT
     # Not NaN or infinity either: a lost message would never be published again.
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 < wait < math.inf:
+    if not _number(wait) or wait <= 0:
         errors.append(
             Error(
                 "SCHEDULER_APP['CELERY_MAX_BROKER_WAIT'] must be a positive, finite number of "
@@ -294,7 +294,7 @@ def check_operability(app_configs: Any = None, **kwargs: Any) -> list[Error | Wa
     problems: list[Error | Warning] = []
     for name in OPERABILITY_SECONDS:
         value = getattr(app_settings, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        if not _number(value) or value <= 0:
             problems.append(
                 Error(
                     "SCHEDULER_APP[%r] must be a positive number of seconds." % name,
@@ -302,7 +302,7 @@ def check_operability(app_configs: Any = None, **kwargs: Any) -> list[Error | Wa
                 )
             )
     rate = app_settings.FAILING_RATE
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1:
+    if not _number(rate) or not 0 <= rate < 1:
         problems.append(
             Error(
                 "SCHEDULER_APP['FAILING_RATE'] must be a number >= 0 and < 1.",
@@ -469,7 +469,12 @@ def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Che
 
 
 def _number(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float)
+    """Return whether ``value`` is a finite int or float (not a bool, NaN or infinity).
+
+    NaN passes every comparison the checks make (``nan <= 0`` is false), and an
+    infinite lease or interval never expires.
+    """
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
 @register(Tags.database)
@@ -578,7 +583,7 @@ def check_feedback_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
                 )
             )
     window = app_settings.SOFT_BOUNCE_WINDOW
-    if isinstance(window, bool) or not isinstance(window, int | float) or window <= 0:
+    if not _number(window) or window <= 0:
         problems.append(
             Error(
                 "SCHEDULER_APP['SOFT_BOUNCE_WINDOW'] must be a positive number.",
@@ -587,9 +592,7 @@ def check_feedback_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
         )
     for name in ("COMPLAINT_RATE_LIMIT", "BOUNCE_RATE_LIMIT"):
         value = getattr(app_settings, name)
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1
-        ):
+        if value is not None and (not _number(value) or not 0 < value < 1):
             problems.append(
                 Error(
                     "SCHEDULER_APP[%r] must be None or a share between 0 and 1." % name,

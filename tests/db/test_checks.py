@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from django.conf import settings
 from django.core import checks as django_checks
@@ -68,7 +70,7 @@ def test_queues_not_a_non_empty_list_of_names_is_e002(queues):
     )
 
 
-@pytest.mark.parametrize("value", [-1, 0, -0.5, "1", True, None])
+@pytest.mark.parametrize("value", [-1, 0, -0.5, "1", True, None, math.nan, math.inf])
 def test_poll_interval_not_positive_is_e003(value):
     with override_settings(SCHEDULER_APP=scheduler_app_settings(POLL_INTERVAL=value)):
         errors = check_settings()
@@ -96,6 +98,23 @@ def test_concurrency_not_a_positive_integer_is_e004(value):
 
     assert ids(errors) == ["scheduler_app.E004"]
     assert errors[0].msg == "SCHEDULER_APP['CONCURRENCY'] must be a positive integer."
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_lease_that_is_not_a_finite_number_is_e003(value):
+    """An infinite lease would never expire: a killed worker's jobs would never run again."""
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(LEASE_SECONDS=value)):
+        errors = check_settings()
+
+    assert ids(errors) == ["scheduler_app.E003"]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_an_undo_safety_margin_that_is_not_a_finite_number_is_e005(value):
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(UNDO_SAFETY_MARGIN=value)):
+        errors = check_settings()
+
+    assert ids(errors) == ["scheduler_app.E005"]
 
 
 def test_negative_undo_safety_margin_is_e005_and_zero_is_allowed():
