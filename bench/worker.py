@@ -513,6 +513,39 @@ def bench_raw(url: str, jobs: int) -> dict:
     }
 
 
+# -- (d) the commit's WAL flush -----------------------------------------------------------------
+
+COMMIT_SAMPLES = 300
+
+
+def bench_commit(url: str) -> dict:
+    """Time a one-row UPDATE and its COMMIT, COMMIT_SAMPLES times, at the server's settings.
+
+    Every turn of a worker commits once (the outcomes of one batch and the next claim)
+    and waits for that commit's WAL flush before it starts the jobs it claimed; a
+    turn carries at most CONCURRENCY jobs (one per slot). So one worker drains at
+    most CONCURRENCY / (commit latency) jobs per second, whatever its CPU: the
+    ``flush_bound`` reported is that figure times the workers (concurrent commits
+    may share a flush, so it is a guide, not a hard limit).
+    """
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_probe (n int)")
+        conn.execute("INSERT INTO bench_commit_probe VALUES (0)")
+        conn.commit()
+        times = []
+        for _ in range(COMMIT_SAMPLES):
+            started = time.perf_counter()
+            conn.execute("UPDATE bench_commit_probe SET n = n + 1")
+            conn.commit()
+            times.append((time.perf_counter() - started) * 1000)
+        conn.execute("DROP TABLE bench_commit_probe")
+        conn.commit()
+    q = statistics.quantiles(times, n=100, method="inclusive")
+    return {"p50_ms": q[49], "p90_ms": q[89]}
+
+
 # -- the claim and finish statements, explained -------------------------------------------------
 
 
@@ -719,6 +752,7 @@ def write_results(
     drain: dict,
     pickup: dict,
     raw: dict,
+    commit: dict,
     final: str,
     profile_text: str,
     explained: dict,
@@ -784,6 +818,10 @@ def write_results(
             pickup["issued_p99_ms"],
             pickup["commit_p50_ms"],
         ),
+        "| (d) one-row UPDATE + COMMIT (the WAL flush every turn waits for), %s samples | "
+        "p50 %.2f ms, p90 %.2f ms; **flush bound %.0f jobs/s** (workers x min(concurrency, "
+        "batch) / p50: a turn carries at most one job per slot and waits for one flush) |"
+        % (COMMIT_SAMPLES, commit["p50_ms"], commit["p90_ms"], commit["flush_bound_jobs_s"]),
         "",
         "Targets: drain ≥ 20,000 jobs/s %s; ≥ 30%% of raw %s; pickup p99 < 10 ms %s."
         % (
@@ -916,16 +954,40 @@ def main() -> None:
     raw = bench_raw(url, jobs)
     print("raw: %.0f jobs/s (%.2f s)" % (raw["jobs_s"], raw["elapsed_s"]), flush=True)
 
+    commit = bench_commit(url)
+    commit["flush_bound_jobs_s"] = n_workers * min(concurrency, batch) / commit["p50_ms"] * 1000
+    print(
+        "commit: p50 %.2f ms, p90 %.2f ms; flush bound %.0f jobs/s"
+        % (commit["p50_ms"], commit["p90_ms"], commit["flush_bound_jobs_s"]),
+        flush=True,
+    )
+
     ratio = drain["jobs_s"] / raw["jobs_s"]
-    final = "drain_jobs_s=%.0f raw_jobs_s=%.0f ratio=%.3f pickup_p50_ms=%.2f pickup_p99_ms=%.2f" % (
-        drain["jobs_s"],
-        raw["jobs_s"],
-        ratio,
-        pickup["p50_ms"],
-        pickup["p99_ms"],
+    final = (
+        "drain_jobs_s=%.0f raw_jobs_s=%.0f ratio=%.3f pickup_p50_ms=%.2f pickup_p99_ms=%.2f "
+        "commit_p50_ms=%.2f flush_bound_jobs_s=%.0f"
+        % (
+            drain["jobs_s"],
+            raw["jobs_s"],
+            ratio,
+            pickup["p50_ms"],
+            pickup["p99_ms"],
+            commit["p50_ms"],
+            commit["flush_bound_jobs_s"],
+        )
     )
     write_results(
-        results_path, when, params, machine, drain, pickup, raw, final, profile_text, explained
+        results_path,
+        when,
+        params,
+        machine,
+        drain,
+        pickup,
+        raw,
+        commit,
+        final,
+        profile_text,
+        explained,
     )
     print(final, flush=True)
 
