@@ -52,7 +52,8 @@ def record_one(finish: Finish, *, worker: str) -> set[int]:
     except CONNECTION_ERRORS:
         raise
     except DatabaseError as exc:
-        reason = "%s: %s" % (type(exc).__name__, exc)
+        # The first line: PostgreSQL's CONTEXT lines quote the statement's data.
+        reason = "%s: %s" % (type(exc).__name__, str(exc).partition("\n")[0])
     logger.error(
         "outcome refused by the database, recording it without its result and error text "
         "job=%s task=%s error=%s",
