@@ -77,3 +77,57 @@ def test_claim_reads_the_claim_index_in_order_when_statistics_know_no_backlog():
 
     assert "scheduler_job_claimable" in plan, plan
     assert "Sort" not in plan, plan
+
+
+def _forget_statistics() -> None:
+    """Put the job table's statistics back to a fresh install's: never analysed (rolled
+    back with the test's transaction)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "DELETE FROM pg_statistic WHERE starelid = 'scheduler_app_job'::regclass; "
+            "UPDATE pg_class SET reltuples = -1, relpages = 0 "
+            "WHERE oid = 'scheduler_app_job'::regclass"
+        )
+
+
+def _rows_fetched() -> int:
+    """Rows of the job table this transaction has fetched through an index so far."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT idx_tup_fetch FROM pg_stat_xact_user_tables WHERE relname = 'scheduler_app_job'"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["claim", "finish_and_claim"])
+def test_a_claim_on_a_never_analysed_table_reads_only_the_rows_it_takes(pipelined):
+    """A fresh install's first burst: with no statistics the planner guesses almost no
+    pending rows and would read every due job and sort them (7 ms per claim at 20,000);
+    the claim reads the claim index in its order and stops after ``limit`` rows."""
+    from scheduler_app.db import postgresql as pg
+
+    now = clock.now()
+    past = now - dt.timedelta(minutes=5)
+    _forget_statistics()
+    Job.objects.bulk_create(
+        Job(task_name="tests.record", scheduled_for=past, run_at=past) for _ in range(5000)
+    )
+    arguments = {
+        "worker": "w",
+        "queues": ["default"],
+        "limit": 10,
+        "now": now,
+        "lease": dt.timedelta(seconds=30),
+    }
+    before = _rows_fetched()
+
+    if pipelined:
+        _, rows = pg.finish_and_claim([], **arguments)
+    else:
+        rows = pg.claim_jobs(**arguments)
+
+    assert len(rows) == 10
+    assert _rows_fetched() - before < 100
+    with connection.cursor() as cursor:  # the rest of the transaction plans as before
+        cursor.execute("SHOW enable_sort")
+        assert cursor.fetchone()[0] == "on"
