@@ -108,7 +108,8 @@ def bench_backlog_pickup(
 
 
 def claim_latency_ms(limit: int) -> float:
-    """Median server time of CLAIM (EXPLAIN ANALYZE) with CLAIM_BACKLOG due jobs, rolled back."""
+    """Median server time of CLAIM (EXPLAIN ANALYZE, after IN_CLAIM_ORDER as the worker sends
+    it) with CLAIM_BACKLOG due jobs, rolled back."""
     from django.db import transaction
 
     from scheduler_app import clock, schedule_many
@@ -123,6 +124,7 @@ def claim_latency_ms(limit: int) -> float:
         )
         for _ in range(CLAIM_SAMPLES):
             with transaction.atomic(), pg.bound_cursor() as cursor:
+                cursor.execute(pg.IN_CLAIM_ORDER)  # as the worker sends it (see claim_jobs)
                 cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + pg.CLAIM, params)
                 raw = cursor.fetchone()[0]
                 times.append(raw[0]["Execution Time"] + raw[0]["Planning Time"])
