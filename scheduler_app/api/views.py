@@ -22,8 +22,8 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework import exceptions, mixins, viewsets
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework import authentication, exceptions, mixins, viewsets
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import JSONParser
@@ -34,6 +34,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from scheduler_app import cancellation, clock
+from scheduler_app.api.authentication import TokenAuthentication
 from scheduler_app.api.errors import Conflict, error_body, exception_handler
 from scheduler_app.api.permissions import (
     RESUME_BATCHES,
@@ -119,7 +120,9 @@ class SchedulerViewSet(viewsets.GenericViewSet):
         # WWW-Authenticate header, not a 403.
         classes = self.authentication_classes
         if not apps.is_installed("rest_framework.authtoken"):
-            classes = [cls for cls in classes if not issubclass(cls, TokenAuthentication)]
+            classes = [
+                cls for cls in classes if not issubclass(cls, authentication.TokenAuthentication)
+            ]
         return [cls() for cls in classes]
 
     def get_exception_handler(self) -> Any:
