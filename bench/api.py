@@ -70,6 +70,7 @@ DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_api"
 WARMUP = 40
 CLOSED_EVERY = 5  # every fifth job has its undo window closed already
 TARGET_P99_MS = 20.0
+FLOOR_REQUESTS = 400
 
 SETTINGS = """\
 from tests.settings import *  # noqa: F403
@@ -232,7 +233,9 @@ class CpuMeter:
     def __exit__(self, *exc: object) -> None:
         # Threads that first served a request during the run connected then: count
         # their backends too (from their start, a connection's set-up included).
-        self.backends += [pid for pid in backend_pids() if pid not in self.backends]
+        opened = [pid for pid in backend_pids() if pid not in self.backends]
+        self.opened = len(opened)
+        self.backends += opened
         end = self.read()
         self.workers_s, self.backends_s, self.client_s = (end[i] - self.start[i] for i in range(3))
         busy, total = (end[3][i] - self.start[3][i] for i in range(2))
@@ -415,7 +418,9 @@ def main() -> int:
                 began = time.perf_counter()
                 rows = run_clients(server.port, token, ids[WARMUP:], clients)
                 elapsed = time.perf_counter() - began
-            floor = http_floor(server.port)
+            floor_meter = CpuMeter(server.worker_pids(), [])
+            with floor_meter:
+                floor = http_floor(server.port, FLOOR_REQUESTS)
         finally:
             server.stop()
 
@@ -439,10 +444,14 @@ def main() -> int:
                 1000 * s / len(rows) for s in (meter.workers_s, meter.backends_s, meter.client_s)
             )
         ),
-        "PostgreSQL backends measured (server connections)": len(meter.backends),
+        "server connections: measured / opened during the run (each pays a connection set-up)": (
+            "%s / %s" % (len(meter.backends), meter.opened)
+        ),
         "machine busy during the run (all cores)": "%.0f %%" % (100 * meter.machine_busy),
         "HTTP floor: GET docs/ (no auth, no database) p50 / p99 (ms)": "%.2f / %.2f"
         % (percentile(floor, 50), percentile(floor, 99)),
+        "HTTP floor: gunicorn workers' CPU per GET docs/ (ms)": "%.2f"
+        % (1000 * floor_meter.workers_s / len(floor)),
         "target p99 < %s ms" % TARGET_P99_MS: "met" if p99 < TARGET_P99_MS else "NOT met",
     }
     for status, values in sorted(by_status.items(), key=lambda item: str(item[0])):
