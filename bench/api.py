@@ -17,7 +17,9 @@ measured from sending the request to reading the whole response.
 The server runs with ``tests.settings`` plus two production-like lines:
 persistent database connections (CONN_MAX_AGE=BENCH_CONN_MAX_AGE) and the
 write throttle raised out of the way (one user sends every request here; the
-throttle's cache round trip is still part of each request).
+throttle still reads and writes its count in the cache on each request, which
+here is the in-process LocMemCache: with Redis or Memcached that is two
+network round trips more per request, not measured here).
 
 Environment: BENCH_JOBS (400), BENCH_CLIENTS (1), BENCH_SERVER_WORKERS (2),
 BENCH_SERVER_THREADS (4), BENCH_CONN_MAX_AGE (60), BENCH_DATABASE_URL,
