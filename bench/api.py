@@ -17,11 +17,18 @@ measured from sending the request to reading the whole response.
 The server runs with ``tests.settings`` plus two production-like lines:
 persistent database connections (CONN_MAX_AGE=BENCH_CONN_MAX_AGE) and the
 write throttle raised out of the way (one user sends every request here; the
-throttle's cache round trip is still part of each request).
+throttle still reads and writes its count in the cache on each request, which
+here is the in-process LocMemCache: with Redis or Memcached that is two
+network round trips more per request, not measured here).
 
 Environment: BENCH_JOBS (400), BENCH_CLIENTS (1), BENCH_SERVER_WORKERS (2),
 BENCH_SERVER_THREADS (4), BENCH_CONN_MAX_AGE (60), BENCH_DATABASE_URL,
 BENCH_RESULTS (results file, default bench/results-api.md).
+
+Besides latency it reports CPU per request of the gunicorn workers, of their
+PostgreSQL backends and of this process (the client threads), and how busy
+the machine was: all share its cores, so a figure far above the workers'
+CPU per request means the run queued for CPU.
 
 A dated section is appended to the results file; the last stdout line is
 ``undo_p50_ms=<n> undo_p99_ms=<n> requests=<n> errors=<n>``.
@@ -51,9 +58,11 @@ from harness import (
     cpu_model,
     env_int,
     git_head,
+    machine_cpu,
     memory_gib,
     migrate,
     pg_setting,
+    process_cpu,
     recreate_database,
     setup_django,
     stop_process,
@@ -63,6 +72,7 @@ DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_api"
 WARMUP = 40
 CLOSED_EVERY = 5  # every fifth job has its undo window closed already
 TARGET_P99_MS = 20.0
+FLOOR_REQUESTS = 400
 
 SETTINGS = """\
 from tests.settings import *  # noqa: F403
@@ -181,6 +191,57 @@ class Server:
     def stop(self) -> None:
         stop_process(self.proc, signal.SIGTERM, 20, kill_timeout=10)
         self.log.close()
+
+    def worker_pids(self) -> list[int]:
+        """Return the pids of gunicorn's worker processes."""
+        pids = []
+        for task in Path("/proc/%d/task" % self.proc.pid).iterdir():
+            pids += [int(pid) for pid in (task / "children").read_text().split()]
+        return pids
+
+
+def backend_pids() -> list[int]:
+    """Return the pids of the PostgreSQL backends on the bench database (the server's)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+        pids = [row[0] for row in cursor.fetchall()]
+    connection.close()
+    return pids
+
+
+class CpuMeter:
+    """CPU of the server's workers, their backends and this process, and the machine's."""
+
+    def __init__(self, workers: list[int], backends: list[int]) -> None:
+        self.workers, self.backends = workers, backends
+
+    def read(self) -> tuple[float, float, float, tuple[float, float]]:
+        return (
+            sum(process_cpu(pid) for pid in self.workers),
+            sum(process_cpu(pid) for pid in self.backends),
+            time.process_time(),
+            machine_cpu(),
+        )
+
+    def __enter__(self) -> CpuMeter:
+        self.start = self.read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Threads that first served a request during the run connected then: count
+        # their backends too (from their start, a connection's set-up included).
+        opened = [pid for pid in backend_pids() if pid not in self.backends]
+        self.opened = len(opened)
+        self.backends += opened
+        end = self.read()
+        self.workers_s, self.backends_s, self.client_s = (end[i] - self.start[i] for i in range(3))
+        busy, total = (end[3][i] - self.start[3][i] for i in range(2))
+        self.machine_busy = busy / max(total, 1)
 
 
 def auth(token: str) -> dict[str, str]:
@@ -353,10 +414,15 @@ def main() -> int:
         try:
             server.wait_ready(token)
             warmup = run_clients(server.port, token, ids[:WARMUP], clients)
-            began = time.perf_counter()
-            rows = run_clients(server.port, token, ids[WARMUP:], clients)
-            elapsed = time.perf_counter() - began
-            floor = http_floor(server.port)
+            # After the warm-up every server thread has its (persistent) connection.
+            meter = CpuMeter(server.worker_pids(), backend_pids())
+            with meter:
+                began = time.perf_counter()
+                rows = run_clients(server.port, token, ids[WARMUP:], clients)
+                elapsed = time.perf_counter() - began
+            floor_meter = CpuMeter(server.worker_pids(), [])
+            with floor_meter:
+                floor = http_floor(server.port, FLOOR_REQUESTS)
         finally:
             server.stop()
 
@@ -374,8 +440,20 @@ def main() -> int:
         "undo p50 / p90 / p99 / max (ms)": "%.2f / %.2f / %.2f / %.2f"
         % (p50, percentile(latencies, 90), p99, max(latencies)),
         "requests per second": "%.0f" % (len(rows) / elapsed),
+        "CPU per request (ms): gunicorn workers / their PostgreSQL backends / client": (
+            "%.2f / %.2f / %.2f"
+            % tuple(
+                1000 * s / len(rows) for s in (meter.workers_s, meter.backends_s, meter.client_s)
+            )
+        ),
+        "server connections: measured / opened during the run (each pays a connection set-up)": (
+            "%s / %s" % (len(meter.backends), meter.opened)
+        ),
+        "machine busy during the run (all cores)": "%.0f %%" % (100 * meter.machine_busy),
         "HTTP floor: GET docs/ (no auth, no database) p50 / p99 (ms)": "%.2f / %.2f"
         % (percentile(floor, 50), percentile(floor, 99)),
+        "HTTP floor: gunicorn workers' CPU per GET docs/ (ms)": "%.2f"
+        % (1000 * floor_meter.workers_s / len(floor)),
         "target p99 < %s ms" % TARGET_P99_MS: "met" if p99 < TARGET_P99_MS else "NOT met",
     }
     for status, values in sorted(by_status.items(), key=lambda item: str(item[0])):

@@ -1,4 +1,4 @@
-"""cancel(): flip a pending job to cancelled in one guarded UPDATE, and say who won."""
+"""cancel() and undo(): flip a pending job to cancelled in one guarded UPDATE, and say who won."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from scheduler_app import clock
 from scheduler_app.controls import as_user
+from scheduler_app.db import backend, job_from_state
 from scheduler_app.exceptions import SendLaneNotCancellable
 from scheduler_app.models import Job
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
@@ -71,6 +72,62 @@ def cancel(job_id: int, *, by: Any = None, queryset: Any = None) -> CancelOutcom
         Job.Status.CANCELLED: CancelOutcome.ALREADY_CANCELLED,
         Job.Status.RUNNING: CancelOutcome.TOO_LATE,
     }.get(status, CancelOutcome.ALREADY_FINISHED)
+
+
+#: undo()'s ``owner`` for "any owner's job" (staff acting on every job).
+ANY_OWNER = None
+
+
+def undo(
+    job_id: int, *, by: Any = None, owner: Any = ANY_OWNER
+) -> tuple[CancelOutcome, Job | None]:
+    """Cancel a pending job inside its undo window; return the outcome and the job as stored.
+
+    One guarded UPDATE ... RETURNING (status pending, undo deadline not
+    passed by the database's clock, not a send lane): against a concurrent
+    claim exactly one wins, and a successful undo reads nothing else. When it
+    changes nothing, one read of the job tells why: CANCELLED's alternatives
+    are ALREADY_CANCELLED, ALREADY_FINISHED (succeeded or failed), TOO_LATE
+    (running, or still pending with its window closed or without one: the
+    job says which) and NOT_FOUND (no such job, or not ``owner``'s when
+    ``owner`` is a user). ``by`` is recorded as cancelled_by. A send lane
+    that has not finished raises SendLaneNotCancellable, as cancel() does.
+    The job's result and last_error are not read (deferred).
+    """
+    sql = backend()
+    owner_id = None if owner is ANY_OWNER else owner.pk
+    by_user = as_user(by)
+    now = clock.now()
+    while True:
+        row = sql.undo_job(
+            job_id=job_id,
+            owner_id=owner_id,
+            by_id=by_user.pk if by_user is not None else None,
+            now=now,
+            lane_task=SEND_BATCH_TASK,
+        )
+        if row is not None:
+            return CancelOutcome.CANCELLED, job_from_state(row)
+        state = sql.read_job_state(job_id=job_id, owner_id=owner_id)
+        if state is None:
+            return CancelOutcome.NOT_FOUND, None
+        job, inside_window = job_from_state(state[:-1]), state[-1]
+        if job.task_name == SEND_BATCH_TASK and job.status in Job.UNFINISHED:
+            raise SendLaneNotCancellable(
+                "Job %s is a lane of send batch %s and cannot be cancelled on its own; "
+                "cancel the batch instead." % (job_id, job.payload["batch"]),
+                job=job_id,
+                batch=job.payload["batch"],
+            )
+        if not (job.status == Job.Status.PENDING and inside_window):
+            break
+        # It was running at our UPDATE and went back to pending (a retry)
+        # before the read: it can be undone again, so try once more.
+    return {
+        Job.Status.CANCELLED: CancelOutcome.ALREADY_CANCELLED,
+        Job.Status.SUCCEEDED: CancelOutcome.ALREADY_FINISHED,
+        Job.Status.FAILED: CancelOutcome.ALREADY_FINISHED,
+    }.get(job.status, CancelOutcome.TOO_LATE), job
 
 
 def cancel_by_key(task: Any, unique_key: str, *, by: Any = None) -> CancelOutcome:

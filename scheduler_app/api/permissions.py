@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from scheduler_app.cancellation import ANY_OWNER
 from scheduler_app.models import Job, SendBatch, Suppression
 
 #: Staff with this permission may see and cancel every job.
@@ -42,6 +43,15 @@ def visible_to(user: Any, queryset: QuerySet, *, permission: str) -> QuerySet:
 def visible_jobs(user: Any) -> QuerySet[Job]:
     """Return the jobs ``user`` may see and cancel."""
     return visible_to(user, Job.objects.all(), permission=CHANGE_ANY_JOB)
+
+
+def job_owner_scope(user: Any) -> Any:
+    """Return whose jobs ``user`` may see and cancel, as cancellation.undo()'s ``owner``.
+
+    ``user`` themself, or ANY_OWNER for active staff with scheduler_app.change_job:
+    the rule of visible_jobs() for an authenticated user.
+    """
+    return ANY_OWNER if acts_on_all(user, CHANGE_ANY_JOB) else user
 
 
 def visible_batches(user: Any) -> QuerySet[SendBatch]:

@@ -22,8 +22,8 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from drf_spectacular.views import SpectacularAPIView
-from rest_framework import exceptions, mixins, viewsets
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework import authentication, exceptions, mixins, viewsets
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
 from rest_framework.parsers import JSONParser
@@ -34,10 +34,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from scheduler_app import cancellation, clock
+from scheduler_app.api.authentication import TokenAuthentication
 from scheduler_app.api.errors import Conflict, error_body, exception_handler
 from scheduler_app.api.permissions import (
     RESUME_BATCHES,
     SEND_MESSAGES,
+    job_owner_scope,
     visible_batches,
     visible_jobs,
 )
@@ -54,10 +56,10 @@ from scheduler_app.api.serializers import (
     JobSerializer,
     MessageScheduledSerializer,
     MessageSerializer,
+    job_data,
 )
 from scheduler_app.api.throttling import WriteRateThrottle
 from scheduler_app.cancellation import CancelOutcome
-from scheduler_app.db import DatabaseNow
 from scheduler_app.exceptions import SendLaneNotCancellable
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends import batches
@@ -118,7 +120,9 @@ class SchedulerViewSet(viewsets.GenericViewSet):
         # WWW-Authenticate header, not a 403.
         classes = self.authentication_classes
         if not apps.is_installed("rest_framework.authtoken"):
-            classes = [cls for cls in classes if not issubclass(cls, TokenAuthentication)]
+            classes = [
+                cls for cls in classes if not issubclass(cls, authentication.TokenAuthentication)
+            ]
         return [cls() for cls in classes]
 
     def get_exception_handler(self) -> Any:
@@ -319,14 +323,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
         try:
             outcome = cancellation.cancel(job_id, by=request.user, queryset=visible)
         except SendLaneNotCancellable as exc:
-            batch_id = exc.params["batch"]
-            raise self._conflict(
-                self._stored(visible, job_id),
-                exc.code,
-                "Job %s is a lane of send batch %s and cannot be cancelled on its own; "
-                "cancel the batch instead: POST %s."
-                % (job_id, batch_id, self.absolute_url("batch-cancel", batch_id)),
-            ) from exc
+            raise self._lane_conflict(visible, job_id, exc) from exc
         job = self._stored(visible, job_id, outcome)
         if outcome is CancelOutcome.TOO_LATE:
             raise self._conflict(
@@ -361,21 +358,19 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
     @action(detail=True, methods=["post"])
     def undo(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         job_id = self.object_id()
-        visible = self.get_queryset()
+        if not request.user.is_authenticated:  # IsAuthenticated says so; never anyone's jobs
+            raise exceptions.NotFound()
         now = clock.now()
-        # The window is part of the guarded UPDATE: a job whose deadline has
-        # passed is outside the queryset, so it can never be cancelled here.
-        outcome = cancellation.cancel(
-            job_id, by=request.user, queryset=visible.filter(undo_deadline__gt=DatabaseNow())
-        )
-        if outcome is CancelOutcome.NOT_FOUND:
-            # Not ours, or no longer inside its window: find out which.
-            job = visible.filter(pk=job_id).first()
-            if job is None:
-                raise exceptions.NotFound()
-            outcome = CancelOutcome.ALREADY_CANCELLED if job.status == Status.CANCELLED else None
-        else:
-            job = self._stored(visible, job_id, outcome)
+        # One guarded UPDATE ... RETURNING, the window part of its guard; when
+        # it changes nothing, one read says why (see cancellation.undo).
+        try:
+            outcome, job = cancellation.undo(
+                job_id, by=request.user, owner=job_owner_scope(request.user)
+            )
+        except SendLaneNotCancellable as exc:
+            raise self._lane_conflict(self.get_queryset(), job_id, exc) from exc
+        if job is None:  # not visible, or no such job
+            raise exceptions.NotFound()
         if outcome in (CancelOutcome.CANCELLED, CancelOutcome.ALREADY_CANCELLED):
             return self._cancelled(job, outcome)
         if job.undo_deadline is None:
@@ -406,11 +401,21 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerView
             raise exceptions.NotFound()
         return job
 
+    def _lane_conflict(self, visible: Any, job_id: int, exc: SendLaneNotCancellable) -> Conflict:
+        batch_id = exc.params["batch"]
+        return self._conflict(
+            self._stored(visible, job_id),
+            exc.code,
+            "Job %s is a lane of send batch %s and cannot be cancelled on its own; "
+            "cancel the batch instead: POST %s."
+            % (job_id, batch_id, self.absolute_url("batch-cancel", batch_id)),
+        )
+
     def _cancelled(self, job: Job, outcome: CancelOutcome) -> Response:
-        return Response({"outcome": outcome.value, "job": JobSerializer(job).data})
+        return Response({"outcome": outcome.value, "job": job_data(job)})
 
     def _conflict(self, job: Job, code: str, message: str) -> Conflict:
-        return Conflict(message, code=code, extra={"job": JobSerializer(job).data})
+        return Conflict(message, code=code, extra={"job": job_data(job)})
 
 
 BATCH_NOT_FOUND = _error("No such batch, or not one of yours.")

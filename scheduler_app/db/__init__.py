@@ -1,13 +1,16 @@
 """The only raw SQL in scheduler_app, one module per database vendor.
 
 ``backend()`` returns the module for the default connection's vendor; both
-modules expose the same functions (claim_jobs, finish_jobs, notify, now_sql).
+modules expose the same functions (claim_jobs, finish_jobs, notify, now_sql,
+undo_job, read_job_state).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+import functools
+import json
+from collections.abc import Iterable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -86,3 +89,29 @@ def notify_jobs_scheduled(jobs: Iterable[Job], *, now: dt.datetime) -> None:
             earliest[job.queue] = job.run_at
     if earliest:
         backend().notify(earliest)
+
+
+#: Job columns an owner never sees and an undo never needs: large, kept for operators.
+_NOT_READ_BACK = frozenset({"result", "last_error"})
+
+
+@functools.cache
+def job_state_columns() -> tuple[str, ...]:
+    """Return the Job columns undo_job() and read_job_state() read, in the model's order."""
+    from scheduler_app.models import Job
+
+    return tuple(f.attname for f in Job._meta.concrete_fields if f.attname not in _NOT_READ_BACK)
+
+
+def job_from_state(row: Sequence[Any]) -> Job:
+    """Return the Job of a row of job_state_columns() (payload as JSON text, aware datetimes).
+
+    The columns left out (result, last_error) are deferred: reading one queries.
+    """
+    from scheduler_app.models import Job
+
+    columns = job_state_columns()
+    values = list(row)
+    payload = columns.index("payload")
+    values[payload] = json.loads(values[payload])
+    return Job.from_db(connection.alias, columns, values)

@@ -274,8 +274,35 @@ def test_undo_unknown_or_malformed_id_is_404(api, ada, make_job, job_id):
     assert stored(job).status == Status.PENDING
 
 
-def test_undo_takes_three_queries(api, ada, make_job, django_assert_num_queries):
+def test_undo_takes_two_queries(api, ada, make_job, django_assert_num_queries):
     job = make_job(ada, undo_window=30)
-    # Authenticate the token, the guarded UPDATE, read the job back.
-    with django_assert_num_queries(3):
+    # Authenticate the token; the guarded UPDATE ... RETURNING gives the job back.
+    with django_assert_num_queries(2):
         assert api.post("/api/jobs/%s/undo/" % job.pk).status_code == 200
+
+
+@pytest.mark.parametrize("state", ["window_closed", "claimed", "already_cancelled"])
+def test_an_undo_that_changes_nothing_takes_three_queries(
+    api, ada, make_job, django_assert_num_queries, state
+):
+    with frozen_clock(T0) as clock:
+        job = make_job(ada, undo_window=30)
+        if state == "claimed":
+            claim(job, at=T0 + SECOND)
+        elif state == "already_cancelled":
+            api.post("/api/jobs/%s/undo/" % job.pk)
+        clock.advance(60 * SECOND if state == "window_closed" else 2 * SECOND)
+        # Authenticate the token, the guarded UPDATE (no row), read the job's state.
+        with django_assert_num_queries(3):
+            response = api.post("/api/jobs/%s/undo/" % job.pk)
+    assert response.status_code == (200 if state == "already_cancelled" else 409)
+
+
+def test_undo_of_another_users_job_takes_three_queries_and_is_404(
+    api, bob, make_job, django_assert_num_queries
+):
+    theirs = make_job(bob, undo_window=30)
+    with django_assert_num_queries(3):
+        response = api.post("/api/jobs/%s/undo/" % theirs.pk)
+    assert (response.status_code, response.json()) == (404, NOT_FOUND)
+    assert stored(theirs).status == Status.PENDING

@@ -75,3 +75,23 @@ def test_a_lane_the_caller_cannot_see_is_404(lane, bob):
     response = client_for(bob).post("/api/jobs/%s/cancel/" % lane.pk)
 
     assert response.status_code == 404
+
+
+def test_undoing_a_pending_lane_with_an_undo_deadline_is_409_pointing_to_the_batch_cancel(
+    api, lane
+):
+    """A lane never carries an undo deadline itself; if one did, undo still refuses it."""
+    batch_id = lane.payload["batch"]
+    Job.objects.filter(pk=lane.pk).update(undo_deadline=clock.now() + dt.timedelta(hours=1))
+
+    response = api.post("/api/jobs/%s/undo/" % lane.pk)
+
+    assert response.status_code == 409
+    assert response.json()["error"] == {
+        "code": "send_lane",
+        "message": "Job %s is a lane of send batch %s and cannot be cancelled on its own; "
+        "cancel the batch instead: POST http://testserver/api/batches/%s/cancel/."
+        % (lane.pk, batch_id, batch_id),
+        "fields": {},
+    }
+    assert Job.objects.get(pk=lane.pk).status == Job.Status.PENDING
