@@ -263,12 +263,21 @@ RECIPIENT = "scheduler_app_recipient"
 FREEZE_RECIPIENTS = f"""
 INSERT INTO {RECIPIENT} (batch_id, recipient_key, address, timezone, context, is_seed, status,
                          attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
-SELECT %s, a.sa_key::text, COALESCE(a.sa_address::text, ''), {{timezone}}, a.sa_context,
+SELECT DISTINCT ON (a.sa_key::text)
+       %s, a.sa_key::text, COALESCE(a.sa_address::text, ''), {{timezone}}, a.sa_context,
        false, 'pending', 0, %s, '', '', ''
 FROM ({{select}}) AS a
-ON CONFLICT (batch_id, recipient_key) DO NOTHING
+WHERE NOT EXISTS (SELECT FROM {RECIPIENT} WHERE batch_id = %s AND NOT is_seed)
+ORDER BY a.sa_key::text
 """
-"""Snapshot an audience server-side; the first row of a recipient key wins."""
+"""Snapshot an audience server-side, de-duplicated by recipient key in the SELECT (one
+row of a key wins). The batch's freeze is exclusive (start_sending holds the batch row
+and freezes only a batch not yet frozen), so nothing but its seed markers can be in
+the way: no ON CONFLICT, whose check of each row against the unique index measured
+more than the sort. The rows go in sorted by key, so the unique index is filled from
+left to right. A batch that already has recipients gets none (a second freeze adds
+nothing); an audience key equal to one of the batch's seed keys (``seed:...``) violates
+the unique constraint and the freeze fails, rather than leave that recipient out."""
 
 BATCH = "scheduler_app_sendbatch"
 
@@ -442,8 +451,8 @@ def freeze_recipients(
     """INSERT ... SELECT an audience (sa_key, sa_address, [sa_timezone,] sa_context); count."""
     timezone = "COALESCE(a.sa_timezone::text, '')" if has_timezone else "''"
     sql = FREEZE_RECIPIENTS.replace("{timezone}", timezone).replace("{select}", select_sql)
-    # In the order the placeholders appear: batch, time, the SELECT's own.
-    params = [batch_id, next_attempt_at, *select_params]
+    # In the order the placeholders appear: batch, time, the SELECT's own, batch.
+    params = [batch_id, next_attempt_at, *select_params, batch_id]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
