@@ -190,6 +190,15 @@ ON CONFLICT (batch_id, recipient_key) DO NOTHING
 """
 
 
+def own_backend_pid() -> int:
+    """Return the process id of this connection's PostgreSQL backend (for its CPU)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
 def compare_dedup(batch_id: int, query) -> dict:
     """Time the bench-only freezes and the app's, each in a transaction rolled back:
     de-duplicated in the SELECT only, by ON CONFLICT only (the app's statement before
@@ -209,11 +218,13 @@ def compare_dedup(batch_id: int, query) -> dict:
     select_sql, params = query.frozen_rows().order_by().query.sql_with_params()
     table = Recipient._meta.db_table
     times = {}
+    backend = own_backend_pid()
     variants = {"select_distinct": FREEZE_DISTINCT, "on_conflict": FREEZE_ON_CONFLICT, "app": None}
     for name, sql in variants.items():
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE %s CASCADE" % table)
         started = time.perf_counter()
+        cpu0 = process_cpu(backend)
         with transaction.atomic():
             if sql is None:
                 freeze(batch_id, query, next_attempt_at=clock.now())
@@ -222,6 +233,7 @@ def compare_dedup(batch_id: int, query) -> dict:
                     cursor.execute(sql.format(table=table, select=select_sql), [batch_id, *params])
                 cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             times[name] = time.perf_counter() - started
+            times[name + "_cpu"] = process_cpu(backend) - cpu0
             transaction.set_rollback(True)
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE %s CASCADE" % table)
@@ -246,10 +258,13 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
     )
     query = get_audience(batch.audience, batch.audience_params)
     dedup = compare_dedup(batch.pk, query)
+    backend = own_backend_pid()
+    cpu0 = process_cpu(backend)
     started = time.perf_counter()
     with transaction.atomic():
         rows = freeze(batch.pk, query, next_attempt_at=clock.now())
     elapsed = time.perf_counter() - started
+    backend_cpu = process_cpu(backend) - cpu0
     if rows != audience:
         raise SystemExit("the freeze inserted %s rows, not %s" % (rows, audience))
     table = Recipient._meta.db_table
@@ -277,6 +292,7 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
         "rows": rows,
         "freeze_s": elapsed,
         "rows_s": rows / elapsed,
+        "backend_cpu_s": backend_cpu,
         "table_mb": size / 1024 / 1024,
         "heap_mb": heap / 1024 / 1024,
         "dedup": dedup,
@@ -576,24 +592,30 @@ def write_results(
         "| measure | result |",
         "|---|---|",
         "| (a) freeze of %s customers (one INSERT ... SELECT, commit included) | "
-        "**%.2f s, %.0f rows/s** (target < 10 s); recipient table %.0f MB after it "
+        "**%.2f s, %.0f rows/s** (target < 10 s; its backend used %.2f s of CPU); "
+        "recipient table %.0f MB after it "
         "(heap %.0f MB, the rest its four indexes and TOAST); "
         "populating the customers took %.1f s |"
         % (
             freeze["rows"],
             freeze["freeze_s"],
             freeze["rows_s"],
+            freeze["backend_cpu_s"],
             freeze["table_mb"],
             freeze["heap_mb"],
             populate_s,
         ),
         "| (a) de-duplication, each on an empty table, foreign keys checked, rolled back, "
-        "before (a), in this order | DISTINCT ON the key in the SELECT, plain INSERT %.2f s; "
-        "ON CONFLICT only (the freeze before #14) %.2f s; the app's freeze() %.2f s |"
+        "before (a), in this order (its backend's CPU) | DISTINCT ON the key in the SELECT, "
+        "plain INSERT %.2f s (%.2f s); ON CONFLICT only (the freeze before #14) %.2f s "
+        "(%.2f s); the app's freeze() %.2f s (%.2f s) |"
         % (
             freeze["dedup"]["select_distinct"],
+            freeze["dedup"]["select_distinct_cpu"],
             freeze["dedup"]["on_conflict"],
+            freeze["dedup"]["on_conflict_cpu"],
             freeze["dedup"]["app"],
+            freeze["dedup"]["app_cpu"],
         ),
         "| (b) send of %s recipients, noop provider, %s runworker processes | "
         "**%.0f recipients/s** end to end (%.2f s from the schedule's commit to finished_at; "
@@ -692,8 +714,14 @@ def main() -> None:
 
     freeze = bench_freeze(audience, history=history)
     print(
-        "freeze: %s rows in %.2f s (%.0f rows/s)"
-        % (freeze["rows"], freeze["freeze_s"], freeze["rows_s"]),
+        "freeze: %s rows in %.2f s (%.0f rows/s, backend CPU %.2f s; rolled back: %s)"
+        % (
+            freeze["rows"],
+            freeze["freeze_s"],
+            freeze["rows_s"],
+            freeze["backend_cpu_s"],
+            " ".join("%s=%.2f" % kv for kv in freeze["dedup"].items()),
+        ),
         flush=True,
     )
 
