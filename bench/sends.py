@@ -47,7 +47,8 @@ BENCH_PROVIDER (noop; noop-idempotent declares idempotent = True),
 BENCH_SYNC_COMMIT (1; 0 sets SEND_MARKER_SYNCHRONOUS_COMMIT = False in the workers),
 BENCH_CONCURRENCY (runworker --concurrency; default lanes / workers, at
 least 1), BENCH_DATABASE_URL, BENCH_PROFILE (a directory: record the send's
-workers with py-spy and print their hot spots; perturbs the figures),
+workers with py-spy and print their hot spots; perturbs the figures;
+BENCH_PROFILE_IDLE=0 records only samples on the CPU),
 BENCH_RESULTS (default bench/results-sends.md), BENCH_LABEL (a note on
 what was measured, e.g. a patched copy, written into the results section),
 BENCH_HISTORY (1: keep the freeze's BENCH_AUDIENCE rows as a past send's
@@ -168,8 +169,9 @@ def populate(audience: int, recipients: int) -> float:
 # -- (a) freeze ----------------------------------------------------------------------------
 
 #: Bench-only variants of the freeze, to compare with the app's statement: de-duplicated
-#: in the SELECT only (DISTINCT ON the key, sorted, plain INSERT), and by ON CONFLICT only
-#: (what the app's statement does).
+#: in the SELECT only (DISTINCT ON the key, sorted, plain INSERT: what the app's statement
+#: does since #14, which also skips a batch already frozen), and by ON CONFLICT only (the
+#: app's statement before #14).
 FREEZE_DISTINCT = """
 INSERT INTO {table} (batch_id, recipient_key, address, timezone, context, is_seed, status,
                      attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
@@ -188,9 +190,25 @@ ON CONFLICT (batch_id, recipient_key) DO NOTHING
 """
 
 
+def own_backend_pid() -> int:
+    """Return the process id of this connection's PostgreSQL backend (for its CPU)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
 def compare_dedup(batch_id: int, query) -> dict:
-    """Time the bench-only freezes, each in a transaction rolled back: de-duplicated in the
-    SELECT only (first, on colder caches), by ON CONFLICT only, and the app's freeze()."""
+    """Time the bench-only freezes and the app's, each in a transaction rolled back:
+    de-duplicated in the SELECT only, by ON CONFLICT only (the app's statement before
+    #14), and the app's freeze().
+
+    Each starts on an empty table (TRUNCATE: a rolled-back freeze leaves its rows and
+    index entries dead, which the next one would have to step over) and runs the
+    foreign key checks before its rollback (they are deferred to the commit, which a
+    rollback skips), so all three do the work a committed freeze does but the commit.
+    """
     from django.db import connection, transaction
 
     from scheduler_app import clock
@@ -198,21 +216,27 @@ def compare_dedup(batch_id: int, query) -> dict:
     from scheduler_app.sends.audience import freeze
 
     select_sql, params = query.frozen_rows().order_by().query.sql_with_params()
+    table = Recipient._meta.db_table
     times = {}
+    backend = own_backend_pid()
     variants = {"select_distinct": FREEZE_DISTINCT, "on_conflict": FREEZE_ON_CONFLICT, "app": None}
     for name, sql in variants.items():
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE %s CASCADE" % table)
         started = time.perf_counter()
+        cpu0 = process_cpu(backend)
         with transaction.atomic():
             if sql is None:
                 freeze(batch_id, query, next_attempt_at=clock.now())
-            else:
-                with connection.cursor() as cursor:
-                    cursor.execute(
-                        sql.format(table=Recipient._meta.db_table, select=select_sql),
-                        [batch_id, *params],
-                    )
+            with connection.cursor() as cursor:
+                if sql is not None:
+                    cursor.execute(sql.format(table=table, select=select_sql), [batch_id, *params])
+                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             times[name] = time.perf_counter() - started
+            times[name + "_cpu"] = process_cpu(backend) - cpu0
             transaction.set_rollback(True)
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE %s CASCADE" % table)
     return times
 
 
@@ -234,16 +258,19 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
     )
     query = get_audience(batch.audience, batch.audience_params)
     dedup = compare_dedup(batch.pk, query)
+    backend = own_backend_pid()
+    cpu0 = process_cpu(backend)
     started = time.perf_counter()
     with transaction.atomic():
         rows = freeze(batch.pk, query, next_attempt_at=clock.now())
     elapsed = time.perf_counter() - started
+    backend_cpu = process_cpu(backend) - cpu0
     if rows != audience:
         raise SystemExit("the freeze inserted %s rows, not %s" % (rows, audience))
     table = Recipient._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_total_relation_size(%s)", [table])
-        size = cursor.fetchone()[0]
+        cursor.execute("SELECT pg_total_relation_size(%s), pg_relation_size(%s)", [table, table])
+        size, heap = cursor.fetchone()
         if history:
             # Keep the frozen rows as a past send's markers: the send then runs on a table
             # with history whose statistics know nothing of the new batch, as in production.
@@ -265,7 +292,9 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
         "rows": rows,
         "freeze_s": elapsed,
         "rows_s": rows / elapsed,
+        "backend_cpu_s": backend_cpu,
         "table_mb": size / 1024 / 1024,
+        "heap_mb": heap / 1024 / 1024,
         "dedup": dedup,
     }
 
@@ -434,10 +463,12 @@ def bench_send(
         )
         if profile_dir:
             profile_dir.mkdir(parents=True, exist_ok=True)
-            # --idle: a lane mostly waits for PostgreSQL, keep those samples.
+            # --idle: a lane mostly waits for PostgreSQL, keep those samples (BENCH_PROFILE_IDLE=0
+            # keeps only the samples on the CPU: where the workers' own CPU goes).
+            idle = os.environ.get("BENCH_PROFILE_IDLE", "1") != "0"
             profilers = [
                 Profiler(
-                    w.pid, profile_dir / ("send-%s.txt" % w.pid), rate=200, idle=True, threads=False
+                    w.pid, profile_dir / ("send-%s.txt" % w.pid), rate=200, idle=idle, threads=False
                 )
                 for w in workers
             ]
@@ -561,22 +592,30 @@ def write_results(
         "| measure | result |",
         "|---|---|",
         "| (a) freeze of %s customers (one INSERT ... SELECT, commit included) | "
-        "**%.2f s, %.0f rows/s** (target < 10 s); recipient table %.0f MB after it; "
+        "**%.2f s, %.0f rows/s** (target < 10 s; its backend used %.2f s of CPU); "
+        "recipient table %.0f MB after it "
+        "(heap %.0f MB, the rest its four indexes and TOAST); "
         "populating the customers took %.1f s |"
         % (
             freeze["rows"],
             freeze["freeze_s"],
             freeze["rows_s"],
+            freeze["backend_cpu_s"],
             freeze["table_mb"],
+            freeze["heap_mb"],
             populate_s,
         ),
-        "| (a) de-duplication, each rolled back, before (a), in this order | DISTINCT ON "
-        "the key in the SELECT, plain INSERT %.2f s; ON CONFLICT only %.2f s; "
-        "the app's freeze() %.2f s |"
+        "| (a) de-duplication, each on an empty table, foreign keys checked, rolled back, "
+        "before (a), in this order (its backend's CPU) | DISTINCT ON the key in the SELECT, "
+        "plain INSERT %.2f s (%.2f s); ON CONFLICT only (the freeze before #14) %.2f s "
+        "(%.2f s); the app's freeze() %.2f s (%.2f s) |"
         % (
             freeze["dedup"]["select_distinct"],
+            freeze["dedup"]["select_distinct_cpu"],
             freeze["dedup"]["on_conflict"],
+            freeze["dedup"]["on_conflict_cpu"],
             freeze["dedup"]["app"],
+            freeze["dedup"]["app_cpu"],
         ),
         "| (b) send of %s recipients, noop provider, %s runworker processes | "
         "**%.0f recipients/s** end to end (%.2f s from the schedule's commit to finished_at; "
@@ -675,8 +714,14 @@ def main() -> None:
 
     freeze = bench_freeze(audience, history=history)
     print(
-        "freeze: %s rows in %.2f s (%.0f rows/s)"
-        % (freeze["rows"], freeze["freeze_s"], freeze["rows_s"]),
+        "freeze: %s rows in %.2f s (%.0f rows/s, backend CPU %.2f s; rolled back: %s)"
+        % (
+            freeze["rows"],
+            freeze["freeze_s"],
+            freeze["rows_s"],
+            freeze["backend_cpu_s"],
+            " ".join("%s=%.2f" % kv for kv in freeze["dedup"].items()),
+        ),
         flush=True,
     )
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 import psycopg
 from django.db import DatabaseError, connection
 from django.db.models import QuerySet
+from psycopg.types.numeric import Int4, Int8
 
 from scheduler_app import clock
 from scheduler_app.db import job_state_columns
@@ -314,12 +315,21 @@ RECIPIENT = "scheduler_app_recipient"
 FREEZE_RECIPIENTS = f"""
 INSERT INTO {RECIPIENT} (batch_id, recipient_key, address, timezone, context, is_seed, status,
                          attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
-SELECT %s, a.sa_key::text, COALESCE(a.sa_address::text, ''), {{timezone}}, a.sa_context,
+SELECT DISTINCT ON (a.sa_key::text)
+       %s, a.sa_key::text, COALESCE(a.sa_address::text, ''), {{timezone}}, a.sa_context,
        false, 'pending', 0, %s, '', '', ''
 FROM ({{select}}) AS a
-ON CONFLICT (batch_id, recipient_key) DO NOTHING
+WHERE NOT EXISTS (SELECT FROM {RECIPIENT} WHERE batch_id = %s AND NOT is_seed)
+ORDER BY a.sa_key::text
 """
-"""Snapshot an audience server-side; the first row of a recipient key wins."""
+"""Snapshot an audience server-side, de-duplicated by recipient key in the SELECT (one
+row of a key wins). The batch's freeze is exclusive (start_sending holds the batch row
+and freezes only a batch not yet frozen), so nothing but its seed markers can be in
+the way: no ON CONFLICT, whose check of each row against the unique index measured
+more than the sort. The rows go in sorted by key, so the unique index is filled from
+left to right. A batch that already has recipients gets none (a second freeze adds
+nothing); an audience key equal to one of the batch's seed keys (``seed:...``) violates
+the unique constraint and the freeze fails, rather than leave that recipient out."""
 
 BATCH = "scheduler_app_sendbatch"
 
@@ -376,9 +386,9 @@ progressed_at (the stalled-send alert). Parameters: the seven outcome columns, t
 the frozen clock, the batch.
 
 The rows are found from the outcomes (a nested loop over the primary key). The statement
-is prepared (parsed once per connection) but planned for each call: a generic plan of it
-measured two to three times the CPU of the custom ones. The claim is compared through an
-InitPlan: compared to a literal, its selectivity comes from
+is not prepared: a generic plan of it measured two to three times the CPU of the custom
+ones (the lane's usual case, one outcome, runs MARK_ONE_AND_BEGIN, which is prepared).
+The claim is compared through an InitPlan: compared to a literal, its selectivity comes from
 statistics in which every row is unclaimed, the planner expects one row, scans the whole
 table and rescans the arrays for each row it finds."""
 
@@ -398,6 +408,34 @@ SELECT (SELECT array_agg(status) FROM marked), (SELECT attempts FROM begun)
 the claim still owns the next recipient, charge it the attempt about to be made and
 extend its claim over the provider call; one statement and one commit, so the markers
 commit before that call. No ``begun`` row: another lane took the recipient over."""
+
+MARK_ONE_AND_BEGIN = f"""
+WITH marked AS (
+    UPDATE {RECIPIENT}
+    SET status = %(status)s, sent_at = %(sent_at)s, provider_message_id = %(message_id)s,
+        last_error = %(error)s, next_attempt_at = COALESCE(%(next_attempt_at)s, next_attempt_at),
+        attempts = attempts - %(refund)s, claimed_by = '', claimed_until = NULL
+    WHERE id = %(marked)s AND claimed_by = %(claim)s AND status = 'pending'
+    RETURNING status
+), begun AS (
+    UPDATE {RECIPIENT}
+    SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
+    WHERE id = %(begin)s AND claimed_by = %(claim)s AND status = 'pending'
+    RETURNING attempts
+), counted AS (
+    UPDATE {BATCH}
+    SET sent = sent + (m.status = 'sent')::int, failed = failed + (m.status = 'failed')::int,
+        skipped = skipped + (m.status = 'skipped')::int, lane_errors = 0,
+        progressed_at = {NOW.format(frozen="%(frozen)s")}
+    FROM marked AS m
+    WHERE id = %(batch)s AND m.status <> 'pending'
+)
+SELECT (SELECT status FROM marked), (SELECT attempts FROM begun)
+"""
+"""MARK_AND_BEGIN for at most one outcome (the lane's usual case with per-recipient
+markers): scalar parameters, every row found by its primary key, so the prepared
+statement runs a generic plan and is not planned again for each recipient. The batch
+row is updated last: other lanes wait on its lock only until this commit."""
 
 BEGIN_RECIPIENTS = f"""
 UPDATE {RECIPIENT}
@@ -419,13 +457,30 @@ RESTORE_SESSION = "SELECT set_config('synchronous_commit', %s, false)"
 """Give the connection back as it was before LANE_SESSION."""
 
 
+#: psycopg prepares a statement after this many runs: never, on a lane's connection, unless
+#: the statement asks for it (``prepare=True``).
+ONLY_WHEN_ASKED = 2**62
+
+
 @contextlib.contextmanager
 def lane_session(*, synchronous_commit: bool) -> Iterator[None]:
     """Run a lane's statements without waiting for the WAL flush if ``synchronous_commit``
-    is False; restore the connection's setting afterwards."""
+    is False, and with its per-recipient statement prepared; restore the connection's
+    synchronous_commit afterwards.
+
+    Django connects with psycopg's ``prepare_threshold = None``, under which no statement
+    is prepared, ``prepare=True`` included (unless the project's OPTIONS set one). The
+    lane sets it to ONLY_WHEN_ASKED for the life of the connection, so MARK_ONE_AND_BEGIN
+    is parsed and planned once per connection instead of once per recipient (about half
+    of its CPU in PostgreSQL), and no other statement is prepared. It stays set: psycopg
+    then keeps track of what DEALLOCATE or DISCARD drop. Workers need a session of their
+    own anyway (LISTEN, synchronous_commit): not a pooler in transaction mode.
+    """
     with connection.cursor() as cursor:
         cursor.execute(LANE_SESSION, ["on" if synchronous_commit else "off"])
         previous = cursor.fetchone()[:1]
+    if connection.connection.prepare_threshold is None:
+        connection.connection.prepare_threshold = ONLY_WHEN_ASKED
     try:
         yield
     finally:
@@ -448,8 +503,8 @@ def freeze_recipients(
     """INSERT ... SELECT an audience (sa_key, sa_address, [sa_timezone,] sa_context); count."""
     timezone = "COALESCE(a.sa_timezone::text, '')" if has_timezone else "''"
     sql = FREEZE_RECIPIENTS.replace("{timezone}", timezone).replace("{select}", select_sql)
-    # In the order the placeholders appear: batch, time, the SELECT's own.
-    params = [batch_id, next_attempt_at, *select_params]
+    # In the order the placeholders appear: batch, time, the SELECT's own, batch.
+    params = [batch_id, next_attempt_at, *select_params, batch_id]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount
@@ -487,7 +542,15 @@ def begin_recipient(
     """Record ``marks`` (see mark_recipients), then charge the attempt about to be made if
     ``claim`` still owns the recipient, extending its claim by ``claim_for``; return (its
     attempt or None, statuses marked)."""
-    columns = [list(column) for column in zip(*marks, strict=True)] or [[] for _ in range(7)]
+    if len(marks) <= 1:
+        return _mark_one_and_begin(
+            recipient_id=recipient_id,
+            claim=claim,
+            claim_for=claim_for,
+            batch_id=batch_id,
+            mark=marks[0] if marks else None,
+        )
+    columns = [list(column) for column in zip(*marks, strict=True)]
     with bound_cursor() as cursor:
         cursor.execute(
             MARK_AND_BEGIN,
@@ -501,10 +564,46 @@ def begin_recipient(
                 recipient_id,
                 claim,
             ],
-            prepare=True,
         )
         statuses, attempt = cursor.fetchone()
     return attempt, list(statuses or [])
+
+
+def _mark_one_and_begin(
+    *,
+    recipient_id: int,
+    claim: str,
+    claim_for: dt.timedelta,
+    batch_id: int,
+    mark: Sequence | None,
+) -> tuple[int | None, list[str]]:
+    """begin_recipient() with at most one mark (see MARK_ONE_AND_BEGIN)."""
+    marked, status, sent_at, message_id, error, next_attempt_at, refund = mark or (
+        (None, "", None, "", "", None, 0)
+    )
+    with bound_cursor() as cursor:
+        cursor.execute(
+            MARK_ONE_AND_BEGIN,
+            {
+                # Typed, so the prepared statement's parameter types do not follow the ids'
+                # sizes (psycopg sends the smallest integer type a value fits in).
+                "marked": None if marked is None else Int8(marked),
+                "status": status,
+                "sent_at": sent_at,
+                "message_id": message_id,
+                "error": error,
+                "next_attempt_at": next_attempt_at,
+                "refund": Int4(refund),
+                "begin": Int8(recipient_id),
+                "claim": claim,
+                "claim_for": claim_for,
+                "batch": Int8(batch_id),
+                "frozen": clock.frozen_at(),
+            },
+            prepare=True,
+        )
+        status, attempt = cursor.fetchone()
+    return attempt, [] if status is None else [status]
 
 
 def begin_recipients(
@@ -553,9 +652,7 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
         return []
     columns = [list(column) for column in zip(*rows, strict=True)]
     with bound_cursor() as cursor:
-        cursor.execute(
-            MARK_RECIPIENTS, [*columns, claim, clock.frozen_at(), batch_id], prepare=True
-        )
+        cursor.execute(MARK_RECIPIENTS, [*columns, claim, clock.frozen_at(), batch_id])
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -234,10 +234,12 @@ INSERT INTO {RECIPIENT} (batch_id, recipient_key, address, timezone, context, is
 SELECT %s, CAST(a.sa_key AS TEXT), COALESCE(a.sa_address, ''), {{timezone}}, a.sa_context,
        0, 'pending', 0, %s, '', '', ''
 FROM ({{select}}) AS a
-WHERE true
-ON CONFLICT (batch_id, recipient_key) DO NOTHING
+WHERE NOT EXISTS (SELECT 1 FROM {RECIPIENT} WHERE batch_id = %s AND NOT is_seed)
+GROUP BY CAST(a.sa_key AS TEXT)
 """
-"""Snapshot an audience; ``WHERE true`` lets SQLite parse the upsert clause."""
+"""Snapshot an audience, de-duplicated by recipient key in the SELECT (SQLite takes the
+other columns of a group from one of its rows); as on PostgreSQL, a batch that already
+has recipients gets none, and a key equal to a seed key fails the freeze."""
 
 CLAIM_RECIPIENTS = f"""
 UPDATE {RECIPIENT}
@@ -297,7 +299,7 @@ def freeze_recipients(
     timezone = "COALESCE(a.sa_timezone, '')" if has_timezone else "''"
     sql = FREEZE_RECIPIENTS.replace("{timezone}", timezone).replace("{select}", select_sql)
     adapt = connection.ops.adapt_datetimefield_value
-    params = [batch_id, adapt(next_attempt_at), *select_params]
+    params = [batch_id, adapt(next_attempt_at), *select_params, batch_id]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.rowcount

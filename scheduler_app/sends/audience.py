@@ -216,9 +216,10 @@ def registered_audiences() -> list[str]:
 def freeze(batch_id: int, query: AudienceQuery, *, next_attempt_at: Any) -> int:
     """Snapshot the audience into Recipient rows for ``batch_id``; return how many rows.
 
-    One INSERT ... SELECT, de-duplicated by recipient key (the first row of a
-    key wins; the database refuses a second). Rows without an address are
-    copied too and skipped at send time, so the count says what the query saw.
+    One INSERT ... SELECT, de-duplicated by recipient key (one row of a key
+    wins; the unique constraint refuses a second). A batch that already has
+    recipients gets none. Rows without an address are copied too and skipped
+    at send time, so the count says what the query saw.
     The caller records ``query.context_types`` on the batch: thaw_context() needs them.
     """
     from scheduler_app.db import backend

@@ -287,7 +287,8 @@ class ClaimKeeper:
     def __init__(self, claim: str, claim_for: dt.timedelta) -> None:
         self.claim = claim
         self.claim_for = claim_for
-        self.chunk: tuple[int, ...] = ()
+        #: The chunk's recipient ids and where its not yet sent rest starts, set together.
+        self.chunk: tuple[tuple[int, ...], int] = ((), 0)
         self.in_flight: int | None = None
         self._in_flight_since = 0.0
         self._stop = threading.Event()
@@ -301,9 +302,9 @@ class ClaimKeeper:
         self._stop.set()
         self._thread.join(timeout=5)
 
-    def hold(self, recipient_ids: list[int]) -> None:
-        """Keep these (the chunk's not yet sent recipients) claimed."""
-        self.chunk = tuple(recipient_ids)
+    def hold(self, recipient_ids: tuple[int, ...], start: int = 0) -> None:
+        """Keep ``recipient_ids[start:]`` (the chunk's not yet sent recipients) claimed."""
+        self.chunk = (recipient_ids, start)
 
     @contextlib.contextmanager
     def calling(self, recipient_id: int) -> Iterator[None]:
@@ -319,7 +320,8 @@ class ClaimKeeper:
         period = self.claim_for.total_seconds() / 3
         try:
             while not self._stop.wait(period):
-                ids = set(self.chunk)
+                chunk, start = self.chunk
+                ids = set(chunk[start:])
                 in_flight = self.in_flight
                 if in_flight is not None:
                     running = time.monotonic() - self._in_flight_since
@@ -432,7 +434,7 @@ class Lane:
             self._mark_before_raising()
             raise
         finally:
-            self.keeper.hold([])
+            self.keeper.hold(())
 
     def _send_rows(self, rows: list[tuple]) -> int:
         limited = limiter.is_limited(self.batch.rate_limit_key)
@@ -440,8 +442,9 @@ class Lane:
         self.group_size = 1
         halt = ""
         done = 0
+        chunk_ids = tuple(row[0] for row in rows)
         for done, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
-            self.keeper.hold([row[0] for row in rows[done:]])
+            self.keeper.hold(chunk_ids, done)  # not a copy per recipient
             halt = self.stop_reason or self._why_halt()
             if halt:
                 break
@@ -638,10 +641,10 @@ class Lane:
                 self.claim,
                 written - len(statuses),
             )
-        kept = collections.Counter(statuses)
-        kept.pop(Status.PENDING, None)
-        self.counts.update(kept)
-        self.unlogged += sum(kept.values())
+        for status in statuses:
+            if status != Status.PENDING:
+                self.counts[status] += 1
+                self.unlogged += 1
         if self.unlogged >= app_settings.PROGRESS_LOG_EVERY:
             self.unlogged = 0
             _log_progress(self.batch.pk)

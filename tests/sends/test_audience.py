@@ -6,6 +6,7 @@ import pytest
 
 from scheduler_app import clock
 from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.sends.audience import AudienceQuery, audience
 from scheduler_app.sends.batches import freeze_audience
 from tests.helpers import running_worker, wait_until
 from tests.sends.helpers import recipient, run_lane_now
@@ -149,4 +150,38 @@ def test_a_real_worker_fails_an_oversized_batch_with_zero_provider_calls(custome
     assert batch.status_reason == (
         "Audience of 3 recipients exceeds the expected maximum of 2; nothing was sent."
     )
+    assert ProviderCall.objects.count() == 0
+
+
+@audience("tests.customers-by-email")
+def customers_by_email(params):
+    """All customers, keyed by their address."""
+    return AudienceQuery(queryset=Customer.objects.all(), key="email", address="email")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_audience_key_equal_to_a_seed_key_fails_the_freeze_rather_than_leave_it_out(
+    customer, make_batch
+):
+    """The freeze is the batch's only writer but for its seed markers: a recipient whose
+    key is already a seed's would otherwise be left out of the send without a word."""
+    customer("ann@example.com", "Ann")
+    customer("seed:0123456789ab:bob@example.com", "Bob")
+    batch = make_batch(audience="tests.customers-by-email")
+    Recipient.objects.create(
+        batch=batch,
+        recipient_key="seed:0123456789ab:bob@example.com",
+        address="bob@example.com",
+        is_seed=True,
+    )
+
+    assert run_lane_now(batch).counts == {}
+
+    batch.refresh_from_db()
+    assert batch.status == SendBatch.Status.FAILED
+    # The database's own words: "duplicate key value violates unique constraint ..." on
+    # PostgreSQL, "UNIQUE constraint failed: ..." on SQLite.
+    assert batch.status_reason.startswith("The audience could not be frozen: ")
+    assert "unique constraint" in batch.status_reason.lower()
+    assert not Recipient.objects.filter(batch=batch, is_seed=False).exists()
     assert ProviderCall.objects.count() == 0

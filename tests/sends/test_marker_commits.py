@@ -61,3 +61,31 @@ def test_a_lane_can_commit_its_markers_without_waiting_for_the_wal_flush(
     assert show("synchronous_commit") == "on"
     two.refresh_from_db()
     assert (two.status, two.sent) == (SendBatch.Status.COMPLETED, 2)
+
+
+def test_the_per_recipient_marker_statement_is_prepared_once_and_planned_once(
+    customer,
+    make_batch,
+    scripted,  # noqa: F811
+):
+    """Django connects with prepare_threshold=None (nothing prepared, prepare=True
+    included): the lane lifts it for its statement, which then runs a generic plan
+    instead of being parsed and planned for each recipient."""
+    for n in range(8):
+        customer("c%s@example.com" % n, "C%s" % n)
+    batch = make_batch(provider="scripted")
+
+    run_lane_now(batch)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements "
+            "WHERE statement LIKE %s",
+            ["%WITH marked AS (%begun AS (%counted AS (%"],
+        )
+        generic, custom = cursor.fetchone()
+    # Eight recipients: the first begins with no marker (a statement of its own), the
+    # other seven run one statement, planned for the first five runs and then generic.
+    assert (generic, custom) == (2, 6)
+    batch.refresh_from_db()
+    assert (batch.status, batch.sent) == (SendBatch.Status.COMPLETED, 8)
