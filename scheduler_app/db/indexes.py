@@ -14,6 +14,22 @@ from django.db import migrations
 from django.db.models import Index
 
 
+def _concurrently(
+    operation: Any, app_label: str, schema_editor: Any, state: Any, index: Any, *, build: bool
+) -> bool:
+    """On PostgreSQL, build (or drop) ``index`` on ``operation``'s model CONCURRENTLY and
+    return True; elsewhere return False: the caller runs the plain operation."""
+    if schema_editor.connection.vendor != "postgresql":
+        return False
+    model = state.apps.get_model(app_label, operation.model_name)
+    if operation.allow_migrate_model(schema_editor.connection.alias, model):
+        if build:
+            schema_editor.add_index(model, index, concurrently=True)
+        else:
+            schema_editor.remove_index(model, index, concurrently=True)
+    return True
+
+
 class AddIndexConcurrently(migrations.AddIndex):
     """AddIndex, built with CONCURRENTLY on PostgreSQL; in a non-atomic migration."""
 
@@ -25,22 +41,14 @@ class AddIndexConcurrently(migrations.AddIndex):
     def database_forwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
-        if schema_editor.connection.vendor != "postgresql":
+        if not _concurrently(self, app_label, schema_editor, to_state, self.index, build=True):
             super().database_forwards(app_label, schema_editor, from_state, to_state)
-            return
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.add_index(model, self.index, concurrently=True)
 
     def database_backwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
-        if schema_editor.connection.vendor != "postgresql":
+        if not _concurrently(self, app_label, schema_editor, from_state, self.index, build=False):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
-            return
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            schema_editor.remove_index(model, self.index, concurrently=True)
 
 
 class RemoveIndexConcurrently(migrations.RemoveIndex):
@@ -54,24 +62,16 @@ class RemoveIndexConcurrently(migrations.RemoveIndex):
     def database_forwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
-        if schema_editor.connection.vendor != "postgresql":
+        index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+        if not _concurrently(self, app_label, schema_editor, from_state, index, build=False):
             super().database_forwards(app_label, schema_editor, from_state, to_state)
-            return
-        model = from_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            index = from_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
-            schema_editor.remove_index(model, index, concurrently=True)
 
     def database_backwards(
         self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any
     ) -> None:
-        if schema_editor.connection.vendor != "postgresql":
+        index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
+        if not _concurrently(self, app_label, schema_editor, to_state, index, build=True):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
-            return
-        model = to_state.apps.get_model(app_label, self.model_name)
-        if self.allow_migrate_model(schema_editor.connection.alias, model):
-            index = to_state.models[app_label, self.model_name_lower].get_index_by_name(self.name)
-            schema_editor.add_index(model, index, concurrently=True)
 
 
 class DropFieldIndexConcurrently(migrations.AlterField):
