@@ -56,22 +56,12 @@ def cancel(job_id: int, *, by: Any = None, queryset: Any = None) -> CancelOutcom
         status, task_name, payload = jobs.filter(pk=job_id).values_list(
             "status", "task_name", "payload"
         ).first() or (None, None, None)
-        if task_name == SEND_BATCH_TASK and status in (Job.Status.PENDING, Job.Status.RUNNING):
-            raise SendLaneNotCancellable(
-                "Job %s is a lane of send batch %s and cannot be cancelled on its own; "
-                "cancel the batch instead." % (job_id, payload["batch"]),
-                job=job_id,
-                batch=payload["batch"],
-            )
+        _refuse_lane(job_id, task_name, status, payload)
         if status != Job.Status.PENDING:
             break
         # It was running at our UPDATE and went back to pending (a retry)
         # before the read: it is cancellable again, so try once more.
-    return {
-        None: CancelOutcome.NOT_FOUND,
-        Job.Status.CANCELLED: CancelOutcome.ALREADY_CANCELLED,
-        Job.Status.RUNNING: CancelOutcome.TOO_LATE,
-    }.get(status, CancelOutcome.ALREADY_FINISHED)
+    return _unchanged(status)
 
 
 #: undo()'s ``owner`` for "any owner's job" (staff acting on every job).
@@ -112,22 +102,34 @@ def undo(
         if state is None:
             return CancelOutcome.NOT_FOUND, None
         job, inside_window = job_from_state(state[:-1]), state[-1]
-        if job.task_name == SEND_BATCH_TASK and job.status in Job.UNFINISHED:
-            raise SendLaneNotCancellable(
-                "Job %s is a lane of send batch %s and cannot be cancelled on its own; "
-                "cancel the batch instead." % (job_id, job.payload["batch"]),
-                job=job_id,
-                batch=job.payload["batch"],
-            )
+        _refuse_lane(job_id, job.task_name, job.status, job.payload)
         if not (job.status == Job.Status.PENDING and inside_window):
             break
         # It was running at our UPDATE and went back to pending (a retry)
         # before the read: it can be undone again, so try once more.
+    return _unchanged(job.status), job
+
+
+def _refuse_lane(job_id: int, task_name: str | None, status: str | None, payload: Any) -> None:
+    """Raise SendLaneNotCancellable if the job is a send lane that has not finished."""
+    if task_name == SEND_BATCH_TASK and status in Job.UNFINISHED:
+        raise SendLaneNotCancellable(
+            "Job %s is a lane of send batch %s and cannot be cancelled on its own; "
+            "cancel the batch instead." % (job_id, payload["batch"]),
+            job=job_id,
+            batch=payload["batch"],
+        )
+
+
+def _unchanged(status: str | None) -> CancelOutcome:
+    """Return what a cancel or undo that changed nothing found, from the job's status
+    (None: no such job). Running, or pending with its undo window closed: too late."""
     return {
+        None: CancelOutcome.NOT_FOUND,
         Job.Status.CANCELLED: CancelOutcome.ALREADY_CANCELLED,
         Job.Status.SUCCEEDED: CancelOutcome.ALREADY_FINISHED,
         Job.Status.FAILED: CancelOutcome.ALREADY_FINISHED,
-    }.get(job.status, CancelOutcome.TOO_LATE), job
+    }.get(status, CancelOutcome.TOO_LATE)
 
 
 def cancel_by_key(task: Any, unique_key: str, *, by: Any = None) -> CancelOutcome:
