@@ -28,8 +28,9 @@ def bound_cursor() -> Iterator[psycopg.Cursor]:
     """Yield a cursor that binds parameters on the server, for the hot statements.
 
     Django's default client-side binding quotes every array element in
-    Python; server-side binding sends them as they are and lets psycopg
-    prepare statements that run again and again. Errors are Django's.
+    Python; server-side binding sends them as they are. A statement is
+    prepared only where a send lane asks for it (see lane_session): Django
+    connects with psycopg's ``prepare_threshold = None``. Errors are Django's.
     """
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
@@ -231,7 +232,9 @@ def finish_and_claim(
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
 ) -> tuple[set[int], list[tuple]]:
-    """finish_jobs(rows) and claim_jobs(...) in one round trip; return (accepted ids, claimed rows).
+    """finish_jobs(rows) and CLAIM in one round trip; return (accepted ids, claimed rows).
+
+    With no ``rows`` it is only the claim (claim_jobs() is that).
 
     The statements go out together in psycopg's pipeline mode and run in one
     implicit transaction (or the caller's), committed once at the pipeline's
