@@ -59,6 +59,7 @@ from scheduler_app.retry import RetryPolicy
 from scheduler_app.sends import limiter, stale, states
 from scheduler_app.sends.audience import thaw_context
 from scheduler_app.sends.chunking import ChunkSizer
+from scheduler_app.sends.claim_keeper import ClaimKeeper
 from scheduler_app.sends.providers import (
     PermanentSendError,
     Provider,
@@ -87,8 +88,6 @@ HALT_RECHECK = 1.0
 LANE_ERRORS_BEFORE_PAUSE = 3
 #: A lane hands its job back after this long and goes on in a fresh attempt.
 LANE_TURN = dt.timedelta(minutes=5)
-#: Claim periods a provider call may run before its recipient's claim is given up.
-IN_FLIGHT_LIMIT = 5
 #: The largest group of recipients an idempotent provider's lane charges in one statement.
 BEGIN_GROUP_MAX = 100
 
@@ -271,82 +270,6 @@ class Breaker:
             len(self.attempts),
             self.threshold * 100,
         )
-
-
-class ClaimKeeper:
-    """Keep a lane's claims alive from a thread of its own while the lane works.
-
-    Every third of SEND_CLAIM_SECONDS it extends the claims the lane holds: the
-    rest of its chunk, and the recipient whose provider call is running, so a
-    slow call never lets another lane take that recipient over. A call that
-    runs past IN_FLIGHT_LIMIT claim periods is given up: its recipient's claim
-    lapses and another lane sends it again (same key), so a hung call cannot
-    hold a batch for ever. The thread has its own database connection.
-    """
-
-    def __init__(self, claim: str, claim_for: dt.timedelta) -> None:
-        self.claim = claim
-        self.claim_for = claim_for
-        #: The chunk's recipient ids and where its not yet sent rest starts, set together.
-        self.chunk: tuple[tuple[int, ...], int] = ((), 0)
-        self.in_flight: int | None = None
-        self._in_flight_since = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._keep, name="scheduler-claims", daemon=True)
-
-    def __enter__(self) -> ClaimKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def hold(self, recipient_ids: tuple[int, ...], start: int = 0) -> None:
-        """Keep ``recipient_ids[start:]`` (the chunk's not yet sent recipients) claimed."""
-        self.chunk = (recipient_ids, start)
-
-    @contextlib.contextmanager
-    def calling(self, recipient_id: int) -> Iterator[None]:
-        """Keep ``recipient_id`` claimed while its provider call runs."""
-        self._in_flight_since = time.monotonic()
-        self.in_flight = recipient_id
-        try:
-            yield
-        finally:
-            self.in_flight = None
-
-    def _keep(self) -> None:
-        period = self.claim_for.total_seconds() / 3
-        try:
-            while not self._stop.wait(period):
-                chunk, start = self.chunk
-                ids = set(chunk[start:])
-                in_flight = self.in_flight
-                if in_flight is not None:
-                    running = time.monotonic() - self._in_flight_since
-                    if running < IN_FLIGHT_LIMIT * self.claim_for.total_seconds():
-                        ids.add(in_flight)
-                    else:
-                        ids.discard(in_flight)
-                        logger.error(
-                            "provider call hangs, its claim is given up recipient=%s claim=%s "
-                            "running=%.0fs",
-                            in_flight,
-                            self.claim,
-                            running,
-                        )
-                if not ids:
-                    continue
-                try:
-                    backend().extend_claims(
-                        recipient_ids=sorted(ids), claim=self.claim, claim_for=self.claim_for
-                    )
-                except DatabaseError as exc:
-                    logger.warning("claim extension failed claim=%s error=%s", self.claim, exc)
-                    connection.close()
-        finally:
-            connection.close()
 
 
 class Lane:

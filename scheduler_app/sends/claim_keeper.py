@@ -1,0 +1,152 @@
+"""Keep running lanes' recipient claims alive: one thread and one connection per process.
+
+A lane claims a chunk of recipients for SEND_CLAIM_SECONDS and may spend
+longer than that on the chunk (slow provider calls, rate limits). Every third
+of a claim period its claims are extended: the rest of its chunk, and the
+recipient whose provider call is running. One keeper thread per process does
+this for every lane the process runs, on a connection of its own, so a worker
+holds one connection for its lanes' claims however many lanes it runs. The
+thread starts with the first lane and ends with the last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+from django.db import DatabaseError, connection
+
+from scheduler_app.db import backend
+
+logger = logging.getLogger("scheduler_app.sends")
+
+#: Claim periods a provider call may run before its recipient's claim is given up.
+IN_FLIGHT_LIMIT = 5
+
+
+class ClaimKeeper:
+    """What one lane holds claimed, kept alive by the process's keeper thread while in use.
+
+    A call that runs past IN_FLIGHT_LIMIT claim periods is given up: its
+    recipient's claim lapses and another lane sends it again (same key), so a
+    hung call cannot hold a batch for ever.
+    """
+
+    def __init__(self, claim: str, claim_for: dt.timedelta) -> None:
+        self.claim = claim
+        self.claim_for = claim_for
+        #: Seconds between two extensions of this lane's claims.
+        self.period = claim_for.total_seconds() / 3
+        #: The chunk's recipient ids and where its not yet sent rest starts, set together.
+        self.chunk: tuple[tuple[int, ...], int] = ((), 0)
+        self.in_flight: int | None = None
+        self._in_flight_since = 0.0
+
+    def __enter__(self) -> ClaimKeeper:
+        _keeper_thread.add(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _keeper_thread.discard(self)
+
+    def hold(self, recipient_ids: tuple[int, ...], start: int = 0) -> None:
+        """Keep ``recipient_ids[start:]`` (the chunk's not yet sent recipients) claimed."""
+        self.chunk = (recipient_ids, start)
+
+    @contextlib.contextmanager
+    def calling(self, recipient_id: int) -> Iterator[None]:
+        """Keep ``recipient_id`` claimed while its provider call runs."""
+        self._in_flight_since = time.monotonic()
+        self.in_flight = recipient_id
+        try:
+            yield
+        finally:
+            self.in_flight = None
+
+    def extend(self) -> None:
+        """Extend the claims the lane holds now, by a claim period from the database's now."""
+        chunk, start = self.chunk
+        ids = set(chunk[start:])
+        in_flight = self.in_flight
+        if in_flight is not None:
+            running = time.monotonic() - self._in_flight_since
+            if running < IN_FLIGHT_LIMIT * self.claim_for.total_seconds():
+                ids.add(in_flight)
+            else:
+                ids.discard(in_flight)
+                logger.error(
+                    "provider call hangs, its claim is given up recipient=%s claim=%s "
+                    "running=%.0fs",
+                    in_flight,
+                    self.claim,
+                    running,
+                )
+        if ids:
+            backend().extend_claims(
+                recipient_ids=sorted(ids), claim=self.claim, claim_for=self.claim_for
+            )
+
+
+class _KeeperThread:
+    """The process's one thread that extends every running lane's claims when they are due."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        #: Keepers in use and when (monotonic) each one's claims are next extended.
+        self._due: dict[ClaimKeeper, float] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, keeper: ClaimKeeper) -> None:
+        with self._changed:
+            self._due[keeper] = time.monotonic() + keeper.period
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="scheduler-claims", daemon=True
+                )
+                self._thread.start()
+            self._changed.notify()
+
+    def discard(self, keeper: ClaimKeeper) -> None:
+        with self._changed:
+            self._due.pop(keeper, None)
+            self._changed.notify()  # the last one out lets the thread end now
+
+    def _run(self) -> None:
+        try:
+            while due := self._wait_for_due():
+                for keeper in due:
+                    # Outside the lock: lanes start and end while a statement runs.
+                    try:
+                        keeper.extend()
+                    except DatabaseError as exc:
+                        logger.warning(
+                            "claim extension failed claim=%s error=%s", keeper.claim, exc
+                        )
+                        connection.close()
+                    except Exception:
+                        # This thread serves every lane of the process: it goes on.
+                        logger.exception("claim extension failed claim=%s", keeper.claim)
+        finally:
+            connection.close()
+
+    def _wait_for_due(self) -> list[ClaimKeeper]:
+        """Wait until some keepers are due and return them, or return [] (and let the
+        thread end) once no lane uses a keeper."""
+        with self._changed:
+            while self._due:
+                now = time.monotonic()
+                due = [keeper for keeper, at in self._due.items() if at <= now]
+                if due:
+                    for keeper in due:
+                        self._due[keeper] = now + keeper.period
+                    return due
+                self._changed.wait(min(self._due.values()) - now)
+            self._thread = None  # the next add() starts a new thread
+            return []
+
+
+_keeper_thread = _KeeperThread()

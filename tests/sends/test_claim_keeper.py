@@ -1,0 +1,113 @@
+"""Lanes' claims stay live through slow provider calls, kept by one thread per process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from django.db import connection
+
+from scheduler_app.db import database_now
+from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.sends.rendering import Message
+from tests.sends.helpers import run_lane_now
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAIT = 10.0
+
+
+class HeldProvider:
+    """Each call waits until the test lets it go (``release``); ``entered`` counts calls."""
+
+    release = threading.Event()
+    entered: list[str] = []
+
+    def send(self, message: Message, idempotency_key: str) -> str:
+        HeldProvider.entered.append(idempotency_key)
+        assert HeldProvider.release.wait(WAIT), "the test never released the call"
+        return "held-%s" % idempotency_key
+
+
+@pytest.fixture
+def held(settings):
+    """Send through HeldProvider, with claims of 0.6 s (extended every 0.2 s)."""
+    settings.SCHEDULER_APP = {
+        **settings.SCHEDULER_APP,
+        "PROVIDERS": {
+            **settings.SCHEDULER_APP["PROVIDERS"],
+            "held": "tests.sends.test_claim_keeper.HeldProvider",
+        },
+        "SEND_CLAIM_SECONDS": 0.6,
+    }
+    HeldProvider.release, HeldProvider.entered = threading.Event(), []
+    yield HeldProvider
+    HeldProvider.release.set()
+
+
+def poll(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting for " + what
+        time.sleep(0.01)
+
+
+def keeper_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "scheduler-claims"]
+
+
+def in_thread(batch: SendBatch) -> threading.Thread:
+    def run() -> None:
+        try:
+            run_lane_now(batch)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_one_thread_keeps_every_lanes_claims_through_slow_calls(customer, make_batch, held):
+    for name in ("ann", "bob"):
+        customer("%s@example.com" % name, name.title())
+    batches = [make_batch(provider="held") for _ in range(3)]
+    lanes = [in_thread(batch) for batch in batches]
+    poll(lambda: len(held.entered) == 3, "the three lanes' first calls")
+    claimed = Recipient.objects.exclude(claimed_by="")
+    first_expiry = max(claimed.values_list("claimed_until", flat=True))
+
+    # Past the claims the lanes took: only their extension keeps them live.
+    poll(lambda: database_now() > first_expiry, "the first claims to run out")
+
+    assert claimed.count() == 6  # each lane: the call in flight and the rest of its chunk
+    assert claimed.filter(claimed_until__gt=database_now()).count() == 6
+    assert len(keeper_threads()) == 1
+
+    held.release.set()
+    for lane in lanes:
+        lane.join(WAIT)
+    assert set(Recipient.objects.values_list("status", "claimed_by")) == {("sent", "")}
+    poll(lambda: not keeper_threads(), "the keeper thread to end with the last lane")
+
+
+def test_a_hung_call_gives_up_its_recipients_claim_and_keeps_the_rest(
+    customer, make_batch, held, caplog
+):
+    for name in ("ann", "bob"):
+        customer("%s@example.com" % name, name.title())
+    batch = make_batch(provider="held")
+    lane = in_thread(batch)
+    poll(lambda: len(held.entered) == 1, "the first call")
+    ann = Recipient.objects.filter(batch=batch, address="ann@example.com")
+    bob = Recipient.objects.filter(batch=batch, address="bob@example.com")
+
+    # IN_FLIGHT_LIMIT claim periods (3 s) into the call, its claim is no longer extended.
+    poll(lambda: ann.get().claimed_until < database_now(), "ann's claim to lapse")
+
+    assert bob.get().claimed_until > database_now()
+    assert "provider call hangs, its claim is given up recipient=%s" % ann.get().pk in caplog.text
+    held.release.set()
+    lane.join(WAIT)
