@@ -570,11 +570,16 @@ def _plan_text(node: dict) -> str:
     return text
 
 
-def _explain(cursor_class, sql: str, params) -> dict:  # type: ignore[no-untyped-def]
-    """EXPLAIN ANALYZE ``sql`` on a cursor of the class it was sent with."""
+def _explain(cursor_class, sql: str, params, *, claim: bool = False) -> dict:  # type: ignore[no-untyped-def]
+    """EXPLAIN ANALYZE ``sql`` on a cursor of the class it was sent with (a ``claim``
+    after pg.IN_CLAIM_ORDER, as the worker sends it)."""
     from django.db import connection
 
+    from scheduler_app.db import postgresql as pg
+
     with cursor_class(connection.connection) as cursor:
+        if claim:
+            cursor.execute(pg.IN_CLAIM_ORDER)  # transaction-local; the caller rolls back
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
         raw = cursor.fetchone()[0]
     doc = (json.loads(raw) if isinstance(raw, str) else raw)[0]
@@ -622,6 +627,10 @@ def _sent_statement(call):  # type: ignore[no-untyped-def]
         finally:
             psycopg.Cursor.execute = original  # type: ignore[method-assign]
         transaction.set_rollback(True)
+    from scheduler_app.db import postgresql as pg
+
+    # The claim is sent between two settings statements (pg.IN_CLAIM_ORDER, pg.AFTER_CLAIM).
+    sent = [s for s in sent if s[0] not in (pg.IN_CLAIM_ORDER, pg.AFTER_CLAIM)]
     if not sent:
         raise RuntimeError("%r sent no statement through psycopg.Cursor.execute" % call)
     return result, sent[-1]
@@ -662,7 +671,7 @@ def explain_statements(jobs: int, limit: int) -> dict:
         _, (claim_sql, claim_params, claim_cursor) = _sent_statement(
             lambda: _call_with(pg.claim_jobs, known)
         )
-        out["claim"] = _explain(claim_cursor, claim_sql, claim_params)
+        out["claim"] = _explain(claim_cursor, claim_sql, claim_params, claim=True)
         rows = _call_with(pg.claim_jobs, known)
         finishes = [
             Finish(

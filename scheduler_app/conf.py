@@ -16,10 +16,10 @@ from django.core.signals import setting_changed
 DEFAULTS: dict[str, Any] = {
     # Queues a job may be scheduled on; anything else is refused.
     "QUEUES": ["default"],
-    # Worker defaults (each one a runworker option too). 10: four workers open at most
-    # 4 x (10 executors + 10 send-lane claim keepers + loop + LISTEN + lease renewal + alerts)
-    # = 96 connections, under PostgreSQL's default max_connections of 100 (docs/performance.md).
-    "CONCURRENCY": 10,
+    # Worker defaults (each one a runworker option too). 18: four workers open at most
+    # 4 x (18 executors + loop + LISTEN + lease renewal + alerts + send-lane claim keeper)
+    # = 92 connections, under PostgreSQL's default max_connections of 100 (docs/performance.md).
+    "CONCURRENCY": 18,
     "CLAIM_BATCH_SIZE": 100,
     "POLL_INTERVAL": 1.0,
     "LEASE_SECONDS": 30.0,
@@ -125,7 +125,7 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "CONCURRENCY": (
         "Jobs one worker runs at once, each in its own thread (`--concurrency`). A worker "
-        "opens up to 2 x CONCURRENCY + 4 database connections (see the performance guide)."
+        "opens up to CONCURRENCY + 5 database connections (see the performance guide)."
     ),
     "CLAIM_BATCH_SIZE": ("Most jobs a worker claims in one statement (`--batch-size`)."),
     "POLL_INTERVAL": (

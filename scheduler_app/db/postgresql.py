@@ -29,8 +29,8 @@ def bound_cursor() -> Iterator[psycopg.Cursor]:
 
     Django's default client-side binding quotes every array element in
     Python; server-side binding sends them as they are. A statement is
-    prepared only where a send lane asks for it (see lane_session): Django
-    connects with psycopg's ``prepare_threshold = None``. Errors are Django's.
+    prepared only where it asks (see prepare_when_asked): Django connects with
+    psycopg's ``prepare_threshold = None``. Errors are Django's.
     """
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
@@ -241,9 +241,13 @@ def finish_and_claim(
     sync: one network round trip and one WAL flush instead of two each. If any
     fails, none is applied and the error is raised. CLAIM runs between
     IN_CLAIM_ORDER and AFTER_CLAIM.
+
+    All four are prepared: parsing and planning CLAIM and FINISH on every turn was
+    about two thirds of PostgreSQL's CPU per job (bench/worker.py). After five runs
+    PostgreSQL plans them generically; CLAIM's generic plan is made under
+    IN_CLAIM_ORDER, so it reads the claim index in order too.
     """
-    connection.ensure_connection()
-    raw = connection.connection
+    raw = prepare_when_asked()
     claim = _claim_params(worker, queues, limit, now, lease, paused_tasks)
     with (
         connection.wrap_database_errors,
@@ -253,10 +257,10 @@ def finish_and_claim(
         psycopg.Cursor(raw) as setting,
     ):
         if rows:
-            finishing.execute(FINISH, _finish_params(rows, worker))
-        setting.execute(IN_CLAIM_ORDER)
-        claiming.execute(CLAIM, claim)
-        setting.execute(AFTER_CLAIM)
+            finishing.execute(FINISH, _finish_params(rows, worker), prepare=True)
+        setting.execute(IN_CLAIM_ORDER, prepare=True)
+        claiming.execute(CLAIM, claim, prepare=True)
+        setting.execute(AFTER_CLAIM, prepare=True)
         accepted = {row[0] for row in finishing.fetchall()} if rows else set()
         claimed = claiming.fetchall()
     return accepted, claimed
@@ -460,9 +464,26 @@ RESTORE_SESSION = "SELECT set_config('synchronous_commit', %s, false)"
 """Give the connection back as it was before LANE_SESSION."""
 
 
-#: psycopg prepares a statement after this many runs: never, on a lane's connection, unless
-#: the statement asks for it (``prepare=True``).
+#: psycopg prepares a statement after this many runs: never, unless the statement asks
+#: for it (``prepare=True``).
 ONLY_WHEN_ASKED = 2**62
+
+
+def prepare_when_asked() -> psycopg.Connection:
+    """Return Django's psycopg connection, set to prepare the statements that ask to be.
+
+    Django connects with psycopg's ``prepare_threshold = None``, under which no statement
+    is prepared, ``prepare=True`` included (unless the project's OPTIONS set a threshold,
+    which is then kept). ONLY_WHEN_ASKED stays set for the life of the connection: psycopg
+    then keeps track of what DEALLOCATE or DISCARD drop, and no other statement is
+    prepared. Workers need a session of their own anyway (LISTEN, synchronous_commit): not
+    a pooler in transaction mode.
+    """
+    connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = ONLY_WHEN_ASKED
+    return raw
 
 
 @contextlib.contextmanager
@@ -471,19 +492,13 @@ def lane_session(*, synchronous_commit: bool) -> Iterator[None]:
     is False, and with its per-recipient statement prepared; restore the connection's
     synchronous_commit afterwards.
 
-    Django connects with psycopg's ``prepare_threshold = None``, under which no statement
-    is prepared, ``prepare=True`` included (unless the project's OPTIONS set one). The
-    lane sets it to ONLY_WHEN_ASKED for the life of the connection, so MARK_ONE_AND_BEGIN
-    is parsed and planned once per connection instead of once per recipient (about half
-    of its CPU in PostgreSQL), and no other statement is prepared. It stays set: psycopg
-    then keeps track of what DEALLOCATE or DISCARD drop. Workers need a session of their
-    own anyway (LISTEN, synchronous_commit): not a pooler in transaction mode.
+    With prepare_when_asked(), MARK_ONE_AND_BEGIN is parsed and planned once per
+    connection instead of once per recipient (about half of its CPU in PostgreSQL).
     """
     with connection.cursor() as cursor:
         cursor.execute(LANE_SESSION, ["on" if synchronous_commit else "off"])
         previous = cursor.fetchone()[:1]
-    if connection.connection.prepare_threshold is None:
-        connection.connection.prepare_threshold = ONLY_WHEN_ASKED
+    prepare_when_asked()
     try:
         yield
     finally:

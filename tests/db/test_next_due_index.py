@@ -10,6 +10,7 @@ from django.db import connection
 
 from scheduler_app import clock
 from scheduler_app.models import Job
+from scheduler_app.worker.execution import ClaimedJob, Finish
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
@@ -99,11 +100,12 @@ def _rows_fetched() -> int:
         return cursor.fetchone()[0]
 
 
-@pytest.mark.parametrize("pipelined", [False, True], ids=["claim", "finish_and_claim"])
-def test_a_claim_on_a_never_analysed_table_reads_only_the_rows_it_takes(pipelined):
+@pytest.mark.parametrize("plan", ["auto", "force_generic_plan"])
+def test_a_claim_on_a_never_analysed_table_reads_only_the_rows_it_takes(plan):
     """A fresh install's first burst: with no statistics the planner guesses almost no
     pending rows and would read every due job and sort them (7 ms per claim at 20,000);
-    the claim reads the claim index in its order and stops after ``limit`` rows."""
+    the claim reads the claim index in its order and stops after ``limit`` rows. Also
+    with the plan the prepared claim switches to after five runs (a generic plan)."""
     from scheduler_app.db import postgresql as pg
 
     now = clock.now()
@@ -119,15 +121,49 @@ def test_a_claim_on_a_never_analysed_table_reads_only_the_rows_it_takes(pipeline
         "now": now,
         "lease": dt.timedelta(seconds=30),
     }
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('plan_cache_mode', %s, true)", [plan])
     before = _rows_fetched()
 
-    if pipelined:
-        _, rows = pg.finish_and_claim([], **arguments)
-    else:
-        rows = pg.claim_jobs(**arguments)
+    rows = pg.claim_jobs(**arguments)
 
     assert len(rows) == 10
     assert _rows_fetched() - before < 100
     with connection.cursor() as cursor:  # the rest of the transaction plans as before
         cursor.execute("SHOW enable_sort")
         assert cursor.fetchone()[0] == "on"
+
+
+def test_the_claim_loops_statements_are_planned_once_per_connection():
+    """CLAIM and FINISH are prepared: parsing and planning them on every turn cost about
+    two thirds of PostgreSQL's CPU per job (bench/worker.py)."""
+    from scheduler_app.db import postgresql as pg
+
+    now = clock.now()
+    Job.objects.bulk_create(
+        Job(task_name="tests.record", scheduled_for=now, run_at=now) for _ in range(2)
+    )
+    arguments = {
+        "worker": "w",
+        "queues": ["default"],
+        "limit": 1,
+        "now": now,
+        "lease": dt.timedelta(seconds=30),
+    }
+    (row,) = pg.claim_jobs(**arguments)
+    done = Finish(
+        job=ClaimedJob.from_row(row, started_at=now),
+        status="succeeded",
+        outcome="succeeded",
+        finished_at=clock.now(),
+    )
+    accepted, claimed = pg.finish_and_claim([done.as_row()], **arguments)
+
+    assert (accepted, len(claimed)) == ({row[0]}, 1)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    # As PostgreSQL keeps them: with $1, $2, ... for the parameters.
+    assert [s for s in prepared if "FOR UPDATE SKIP LOCKED" in s], prepared  # CLAIM
+    assert [s for s in prepared if "json_to_recordset" in s], prepared  # FINISH
