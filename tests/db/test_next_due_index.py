@@ -10,7 +10,6 @@ from django.db import connection
 
 from scheduler_app import clock
 from scheduler_app.models import Job
-from scheduler_app.worker.execution import ClaimedJob, Finish
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
@@ -132,38 +131,3 @@ def test_a_claim_on_a_never_analysed_table_reads_only_the_rows_it_takes(plan):
     with connection.cursor() as cursor:  # the rest of the transaction plans as before
         cursor.execute("SHOW enable_sort")
         assert cursor.fetchone()[0] == "on"
-
-
-def test_the_claim_loops_statements_are_planned_once_per_connection():
-    """CLAIM and FINISH are prepared: parsing and planning them on every turn cost about
-    two thirds of PostgreSQL's CPU per job (bench/worker.py)."""
-    from scheduler_app.db import postgresql as pg
-
-    now = clock.now()
-    Job.objects.bulk_create(
-        Job(task_name="tests.record", scheduled_for=now, run_at=now) for _ in range(2)
-    )
-    arguments = {
-        "worker": "w",
-        "queues": ["default"],
-        "limit": 1,
-        "now": now,
-        "lease": dt.timedelta(seconds=30),
-    }
-    (row,) = pg.claim_jobs(**arguments)
-    done = Finish(
-        job=ClaimedJob.from_row(row, started_at=now),
-        status="succeeded",
-        outcome="succeeded",
-        finished_at=clock.now(),
-    )
-    accepted, claimed = pg.finish_and_claim([done.as_row()], **arguments)
-
-    assert (accepted, len(claimed)) == ({row[0]}, 1)
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        prepared = [row[0] for row in cursor.fetchall()]
-    # As PostgreSQL keeps them: with $1, $2, ... for the parameters.
-    assert [s for s in prepared if "FOR UPDATE SKIP LOCKED" in s], prepared  # CLAIM
-    assert [s for s in prepared if "json_to_recordset" in s], prepared  # FINISH

@@ -1,0 +1,76 @@
+"""The claim loop's statements are prepared once per connection, and stay usable after a
+refused turn."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import DatabaseError, connection
+
+from scheduler_app import clock, schedule
+from scheduler_app.db import postgresql as pg
+from scheduler_app.worker.execution import ClaimedJob, Finish
+
+pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_refused_first_turn_does_not_leave_statements_half_prepared():
+    """The first pipeline of a connection fails at FINISH: the server skips the rest of it,
+    including the statements psycopg was preparing. The next turn must still work."""
+    for _ in range(3):
+        schedule("tests.noop")
+    arguments = {
+        "worker": "w",
+        "queues": ["default"],
+        "limit": 1,
+        "now": clock.now(),
+        "lease": dt.timedelta(seconds=30),
+    }
+    (row,) = pg.claim_jobs(**arguments)
+    refused = Finish(
+        job=ClaimedJob.from_row(row, started_at=arguments["now"]),
+        status="failed",
+        outcome="failed",
+        finished_at=clock.now(),
+        error="a\x00b",
+    )
+    connection.close()  # a new connection: nothing prepared yet
+
+    with pytest.raises(DatabaseError):
+        pg.finish_and_claim([refused.as_row()], **arguments)
+    for _ in range(2):
+        _, claimed = pg.finish_and_claim([], **arguments)
+        assert len(claimed) == 1
+
+
+def test_the_claim_loops_statements_are_planned_once_per_connection():
+    """CLAIM and FINISH are prepared: parsing and planning them on every turn cost about
+    two thirds of PostgreSQL's CPU per job (bench/worker.py)."""
+    now = clock.now()
+    for _ in range(2):
+        schedule("tests.noop")
+    arguments = {
+        "worker": "w",
+        "queues": ["default"],
+        "limit": 1,
+        "now": now,
+        "lease": dt.timedelta(seconds=30),
+    }
+    (row,) = pg.claim_jobs(**arguments)
+    done = Finish(
+        job=ClaimedJob.from_row(row, started_at=now),
+        status="succeeded",
+        outcome="succeeded",
+        finished_at=clock.now(),
+    )
+    accepted, claimed = pg.finish_and_claim([done.as_row()], **arguments)
+
+    assert (accepted, len(claimed)) == ({row[0]}, 1)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    # As PostgreSQL keeps them: with $1, $2, ... for the parameters.
+    assert [s for s in prepared if "FOR UPDATE SKIP LOCKED" in s], prepared  # CLAIM
+    assert [s for s in prepared if "json_to_recordset" in s], prepared  # FINISH
