@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterator, Sequence
 
 import psycopg
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, NotSupportedError, connection
 from django.db.models import QuerySet
 from psycopg.types.numeric import Int4, Int8
 
@@ -171,7 +171,7 @@ def _claim_params(
     return {
         "worker": worker,
         "queues": list(queues),
-        "limit": limit,
+        "limit": Int4(limit),  # one type whatever the value, so one prepared statement
         "started": now,
         "frozen": clock.frozen_at(),
         "lease": lease,
@@ -245,10 +245,33 @@ def finish_and_claim(
     All four are prepared: parsing and planning CLAIM and FINISH on every turn was
     about two thirds of PostgreSQL's CPU per job (bench/worker.py). After five runs
     PostgreSQL plans them generically; CLAIM's generic plan is made under
-    IN_CLAIM_ORDER, so it reads the claim index in order too.
+    IN_CLAIM_ORDER, so it reads the claim index in order too. A migration that
+    changes the type of a column they return (a longer varchar, say) makes
+    PostgreSQL refuse them until they are prepared again: outside a transaction of
+    the caller's, the connection's prepared statements are then dropped and the
+    round trip sent once more.
     """
     raw = prepare_when_asked()
-    claim = _claim_params(worker, queues, limit, now, lease, paused_tasks)
+    params = (
+        _finish_params(rows, worker) if rows else None,
+        _claim_params(worker, queues, limit, now, lease, paused_tasks),
+    )
+    try:
+        return _finish_and_claim(raw, *params)
+    except NotSupportedError as exc:
+        if STALE_RESULT_TYPE not in str(exc) or connection.in_atomic_block:
+            raise
+        raw.execute("DEALLOCATE ALL")  # psycopg forgets its prepared statements too
+        return _finish_and_claim(raw, *params)
+
+
+#: PostgreSQL's refusal of a prepared statement whose result columns changed type.
+STALE_RESULT_TYPE = "cached plan must not change result type"
+
+
+def _finish_and_claim(
+    raw: psycopg.Connection, finish: list | None, claim: dict
+) -> tuple[set[int], list[tuple]]:
     with (
         connection.wrap_database_errors,
         raw.pipeline(),
@@ -256,12 +279,12 @@ def finish_and_claim(
         psycopg.Cursor(raw) as claiming,
         psycopg.Cursor(raw) as setting,
     ):
-        if rows:
-            finishing.execute(FINISH, _finish_params(rows, worker), prepare=True)
+        if finish is not None:
+            finishing.execute(FINISH, finish, prepare=True)
         setting.execute(IN_CLAIM_ORDER, prepare=True)
         claiming.execute(CLAIM, claim, prepare=True)
         setting.execute(AFTER_CLAIM, prepare=True)
-        accepted = {row[0] for row in finishing.fetchall()} if rows else set()
+        accepted = {row[0] for row in finishing.fetchall()} if finish is not None else set()
         claimed = claiming.fetchall()
     return accepted, claimed
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import psycopg
 import pytest
 from django.db import DatabaseError, connection
 
@@ -50,6 +51,7 @@ def test_the_claim_loops_statements_are_planned_once_per_connection():
     now = clock.now()
     for _ in range(2):
         schedule("tests.noop")
+    connection.close()  # a new connection: nothing prepared yet
     arguments = {
         "worker": "w",
         "queues": ["default"],
@@ -74,3 +76,38 @@ def test_the_claim_loops_statements_are_planned_once_per_connection():
     # As PostgreSQL keeps them: with $1, $2, ... for the parameters.
     assert [s for s in prepared if "FOR UPDATE SKIP LOCKED" in s], prepared  # CLAIM
     assert [s for s in prepared if "json_to_recordset" in s], prepared  # FINISH
+
+
+def test_a_migration_that_changes_a_returned_columns_type_does_not_stop_the_claim():
+    """After a deploy's migration lengthens a varchar that CLAIM returns, PostgreSQL
+    refuses the statement prepared before it ("cached plan must not change result
+    type"); the claim prepares it again instead of failing every turn."""
+    for _ in range(3):
+        schedule("tests.noop")
+    arguments = {
+        "worker": "w",
+        "queues": ["default"],
+        "limit": 1,
+        "now": clock.now(),
+        "lease": dt.timedelta(seconds=30),
+    }
+    assert len(pg.claim_jobs(**arguments)) == 1  # CLAIM prepared on this connection
+    settings = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings["NAME"],
+        user=settings["USER"],
+        host=settings["HOST"],
+        port=settings["PORT"],
+        autocommit=True,
+    ) as migrating:  # a migration runs elsewhere, on a connection of its own
+        (length,) = migrating.execute(
+            "SELECT character_maximum_length FROM information_schema.columns "
+            "WHERE table_name = 'scheduler_app_job' AND column_name = 'unique_key'"
+        ).fetchone()
+        alter = "ALTER TABLE scheduler_app_job ALTER COLUMN unique_key TYPE varchar(%s)"
+        migrating.execute(alter % (length + 1))
+        try:
+            for _ in range(2):
+                assert len(pg.claim_jobs(**arguments)) == 1
+        finally:
+            migrating.execute(alter % length)
