@@ -384,10 +384,19 @@ Only the partial index scheduler_recipient_due gives this order, so the plan doe
 depend on statistics that know nothing yet of a batch just frozen."""
 
 EXTEND_CLAIMS = f"""
-UPDATE {RECIPIENT} SET claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
-WHERE id = ANY(%(ids)s) AND claimed_by = %(claim)s AND status = 'pending'
+UPDATE {RECIPIENT} AS r SET claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
+FROM (
+    SELECT id FROM {RECIPIENT}
+    WHERE id = ANY(%(ids)s) AND claimed_by = %(claim)s AND status = 'pending'
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+) AS free
+WHERE r.id = free.id
 """
-"""Keep the not yet sent rest of a chunk claimed while the lane works through it."""
+"""Keep the not yet sent rest of a chunk claimed while the lane works through it. Rows
+another transaction holds are skipped, not waited for: one keeper thread serves every
+lane of a process (sends.claim_keeper), so one lane's locked rows must not hold up the
+others' extensions. The next extension, a third of a claim later, takes them."""
 
 _MARKED = f"""
 marked AS (

@@ -14,11 +14,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, InterfaceError, connection
 
 from scheduler_app.db import backend
 
@@ -95,6 +96,11 @@ class _KeeperThread:
     """The process's one thread that extends every running lane's claims when they are due."""
 
     def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Start with no lanes and no thread (also in a forked child, where the parent's
+        thread and lanes do not exist and its lock may have been held)."""
         self._changed = threading.Condition()
         #: Keepers in use and when (monotonic) each one's claims are next extended.
         self._due: dict[ClaimKeeper, float] = {}
@@ -104,11 +110,14 @@ class _KeeperThread:
         with self._changed:
             self._due[keeper] = time.monotonic() + keeper.period
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="scheduler-claims", daemon=True
-                )
-                self._thread.start()
+                self._start()
             self._changed.notify()
+
+    def _start(self) -> None:
+        """Start the thread (the caller holds the lock)."""
+        thread = threading.Thread(target=self._run, name="scheduler-claims", daemon=True)
+        thread.start()
+        self._thread = thread
 
     def discard(self, keeper: ClaimKeeper) -> None:
         with self._changed:
@@ -122,7 +131,7 @@ class _KeeperThread:
                     # Outside the lock: lanes start and end while a statement runs.
                     try:
                         keeper.extend()
-                    except DatabaseError as exc:
+                    except (DatabaseError, InterfaceError) as exc:
                         logger.warning(
                             "claim extension failed claim=%s error=%s", keeper.claim, exc
                         )
@@ -132,6 +141,13 @@ class _KeeperThread:
                         logger.exception("claim extension failed claim=%s", keeper.claim)
         finally:
             connection.close()
+            with self._changed:
+                if self._thread is threading.current_thread():
+                    # Ended by something nothing above caught: lanes still running get a
+                    # new thread.
+                    self._thread = None
+                    if self._due:
+                        self._start()
 
     def _wait_for_due(self) -> list[ClaimKeeper]:
         """Wait until some keepers are due and return them, or return [] (and let the
@@ -150,3 +166,4 @@ class _KeeperThread:
 
 
 _keeper_thread = _KeeperThread()
+os.register_at_fork(after_in_child=_keeper_thread.reset)

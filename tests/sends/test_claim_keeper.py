@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import threading
 import time
+import warnings
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from django.db import connection
 
 from scheduler_app.db import database_now
 from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.sends.claim_keeper import ClaimKeeper
 from scheduler_app.sends.rendering import Message
 from tests.sends.helpers import run_lane_now
 
@@ -111,3 +116,62 @@ def test_a_hung_call_gives_up_its_recipients_claim_and_keeps_the_rest(
     assert "provider call hangs, its claim is given up recipient=%s" % ann.get().pk in caplog.text
     held.release.set()
     lane.join(WAIT)
+
+
+@pytest.mark.postgres_only
+def test_rows_another_transaction_holds_do_not_hold_up_the_other_lanes_claims(
+    customer, make_batch, held
+):
+    """An operator's long transaction holds a row of one lane's chunk: the keeper skips
+    that row instead of waiting for it, and goes on extending every other claim."""
+    for name in ("ann", "bob"):
+        customer("%s@example.com" % name, name.title())
+    stuck, other = make_batch(provider="held"), make_batch(provider="held")
+    lanes = [in_thread(stuck), in_thread(other)]
+    poll(lambda: len(held.entered) == 2, "both lanes' first calls")
+    claimed = Recipient.objects.exclude(claimed_by="")
+    first_expiry = max(claimed.values_list("claimed_until", flat=True))
+    settings = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"], port=settings["PORT"]
+    ) as operator:
+        operator.execute(
+            "SELECT id FROM scheduler_app_recipient WHERE batch_id = %s AND address = %s "
+            "FOR UPDATE",
+            [stuck.pk, "bob@example.com"],
+        )
+
+        # Two claim periods past the first claims: extended twice since, or lapsed.
+        poll(
+            lambda: database_now() > first_expiry + dt.timedelta(seconds=0.6),
+            "two claim periods",
+        )
+
+        live = claimed.filter(claimed_until__gt=database_now())
+        assert set(live.values_list("batch_id", "address")) == {
+            (stuck.pk, "ann@example.com"),  # its call in flight
+            (other.pk, "ann@example.com"),
+            (other.pk, "bob@example.com"),
+        }
+        operator.rollback()
+    held.release.set()
+    for lane in lanes:
+        lane.join(WAIT)
+    assert set(Recipient.objects.values_list("status", flat=True)) == {"sent"}
+
+
+def test_a_forked_child_starts_its_own_keeper_thread(settings):
+    """A child forked while the parent's keeper thread runs (a prefork pool) has no such
+    thread: its first lane must start one rather than count on the parent's."""
+    parent_lane = ClaimKeeper("parent", dt.timedelta(hours=1))
+    with parent_lane, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork() with threads
+        pid = os.fork()
+        if pid == 0:  # the child: no database, no pytest; report through the exit code
+            child_lane = ClaimKeeper("child", dt.timedelta(hours=1))
+            with child_lane:
+                alive = [t for t in keeper_threads() if t.is_alive()]
+            os._exit(0 if len(alive) == 1 else 1)
+        _, status = os.waitpid(pid, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
