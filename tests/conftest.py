@@ -11,3 +11,54 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres_only" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def other_connection():
+    """Return a function that opens a psycopg connection of its own to the test database
+    (another process's, as a migration's or an operator's would be); closed after the test."""
+    import psycopg
+
+    opened = []
+
+    def open_connection(**options) -> psycopg.Connection:
+        settings = connection.settings_dict
+        opened.append(
+            psycopg.connect(
+                dbname=settings["NAME"],
+                user=settings["USER"],
+                password=settings["PASSWORD"],
+                host=settings["HOST"],
+                port=settings["PORT"],
+                **options,
+            )
+        )
+        return opened[-1]
+
+    yield open_connection
+    for conn in opened:
+        conn.close()
+
+
+@pytest.fixture
+def widen_column(other_connection):
+    """Return a function that lengthens a varchar column by one, as a deploy's migration
+    would, on a connection of its own; the column is put back after the test."""
+    migrating = other_connection(autocommit=True)
+    widened = []
+
+    def widen(table: str, column: str) -> None:
+        (length,) = migrating.execute(
+            "SELECT character_maximum_length FROM information_schema.columns "
+            "WHERE table_name = %s AND column_name = %s",
+            [table, column],
+        ).fetchone()
+        widened.append((table, column, length))
+        migrating.execute(ALTER_VARCHAR % (table, column, length + 1))
+
+    yield widen
+    for table, column, length in widened:
+        migrating.execute(ALTER_VARCHAR % (table, column, length))
+
+
+ALTER_VARCHAR = "ALTER TABLE %s ALTER COLUMN %s TYPE varchar(%d)"

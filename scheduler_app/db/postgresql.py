@@ -5,16 +5,20 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 import psycopg
 from django.db import DatabaseError, NotSupportedError, connection
 from django.db.models import QuerySet
+from psycopg.pq import TransactionStatus
 from psycopg.types.numeric import Int4, Int8
 
 from scheduler_app import clock
 from scheduler_app.db import job_state_columns
 from scheduler_app.models import Job, JobAttempt
+
+T = TypeVar("T")
 
 JOB = Job._meta.db_table
 ATTEMPT = JobAttempt._meta.db_table
@@ -245,28 +249,41 @@ def finish_and_claim(
     All four are prepared: parsing and planning CLAIM and FINISH on every turn was
     about two thirds of PostgreSQL's CPU per job (bench/worker.py). After five runs
     PostgreSQL plans them generically; CLAIM's generic plan is made under
-    IN_CLAIM_ORDER, so it reads the claim index in order too. A migration that
-    changes the type of a column they return (a longer varchar, say) makes
-    PostgreSQL refuse them until they are prepared again: outside a transaction of
-    the caller's, the connection's prepared statements are then dropped and the
-    round trip sent once more.
+    IN_CLAIM_ORDER, so it reads the claim index in order too (see also
+    prepared_again()).
     """
     raw = prepare_when_asked()
-    params = (
-        _finish_params(rows, worker) if rows else None,
-        _claim_params(worker, queues, limit, now, lease, paused_tasks),
-    )
+    finish = _finish_params(rows, worker) if rows else None
+    claim = _claim_params(worker, queues, limit, now, lease, paused_tasks)
+    return prepared_again(lambda: _finish_and_claim(raw, finish, claim))
+
+
+def prepared_again(run: Callable[[], T]) -> T:
+    """Return ``run()``, which sends statements prepared on this connection; run it once
+    more if a migration has since changed the type of a column they return.
+
+    PostgreSQL then refuses such a statement until it is prepared again ("cached plan
+    must not change result type"), on every run, so a worker would fail each turn. Outside
+    a transaction (a refused statement changed nothing), the connection's prepared
+    statements are dropped and ``run`` is called again. Inside one, the error stands: the
+    caller's rollback makes psycopg forget them.
+    """
     try:
-        return _finish_and_claim(raw, *params)
+        return run()
     except NotSupportedError as exc:
-        if STALE_RESULT_TYPE not in str(exc) or connection.in_atomic_block:
+        raw = connection.connection
+        if not _stale_plan(exc) or raw.info.transaction_status != TransactionStatus.IDLE:
             raise
-        raw.execute("DEALLOCATE ALL")  # psycopg forgets its prepared statements too
-        return _finish_and_claim(raw, *params)
+        with connection.wrap_database_errors:
+            raw.execute("DEALLOCATE ALL")  # psycopg forgets its prepared statements too
+        return run()
 
 
-#: PostgreSQL's refusal of a prepared statement whose result columns changed type.
-STALE_RESULT_TYPE = "cached plan must not change result type"
+def _stale_plan(exc: NotSupportedError) -> bool:
+    """Whether ``exc`` is PostgreSQL's refusal of a statement whose result type changed.
+    Told by the server function that raises it: the message may be translated."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return diag is not None and diag.source_function == "RevalidateCachedQuery"
 
 
 def _finish_and_claim(
@@ -389,7 +406,7 @@ FROM (
     SELECT id FROM {RECIPIENT}
     WHERE id = ANY(%(ids)s) AND claimed_by = %(claim)s AND status = 'pending'
     ORDER BY id
-    FOR UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE SKIP LOCKED
 ) AS free
 WHERE r.id = free.id
 """
@@ -631,28 +648,29 @@ def _mark_one_and_begin(
     marked, status, sent_at, message_id, error, next_attempt_at, refund = mark or (
         (None, "", None, "", "", None, 0)
     )
-    with bound_cursor() as cursor:
-        cursor.execute(
-            MARK_ONE_AND_BEGIN,
-            {
-                # Typed, so the prepared statement's parameter types do not follow the ids'
-                # sizes (psycopg sends the smallest integer type a value fits in).
-                "marked": None if marked is None else Int8(marked),
-                "status": status,
-                "sent_at": sent_at,
-                "message_id": message_id,
-                "error": error,
-                "next_attempt_at": next_attempt_at,
-                "refund": Int4(refund),
-                "begin": Int8(recipient_id),
-                "claim": claim,
-                "claim_for": claim_for,
-                "batch": Int8(batch_id),
-                "frozen": clock.frozen_at(),
-            },
-            prepare=True,
-        )
-        status, attempt = cursor.fetchone()
+    params = {
+        # Typed, so the prepared statement's parameter types do not follow the ids'
+        # sizes (psycopg sends the smallest integer type a value fits in).
+        "marked": None if marked is None else Int8(marked),
+        "status": status,
+        "sent_at": sent_at,
+        "message_id": message_id,
+        "error": error,
+        "next_attempt_at": next_attempt_at,
+        "refund": Int4(refund),
+        "begin": Int8(recipient_id),
+        "claim": claim,
+        "claim_for": claim_for,
+        "batch": Int8(batch_id),
+        "frozen": clock.frozen_at(),
+    }
+
+    def run() -> tuple:
+        with bound_cursor() as cursor:
+            cursor.execute(MARK_ONE_AND_BEGIN, params, prepare=True)
+            return cursor.fetchone()
+
+    status, attempt = prepared_again(run)
     return attempt, [] if status is None else [status]
 
 
@@ -661,18 +679,19 @@ def begin_recipients(
 ) -> dict[int, int]:
     """Charge an attempt to those of ``recipient_ids`` that ``claim`` still owns, extending
     their claims by ``claim_for``; return {recipient id: its attempt}."""
-    with bound_cursor() as cursor:
-        cursor.execute(
-            BEGIN_RECIPIENTS,
-            {
-                "ids": list(recipient_ids),
-                "claim": claim,
-                "claim_for": claim_for,
-                "frozen": clock.frozen_at(),
-            },
-            prepare=True,
-        )
-        return dict(cursor.fetchall())
+    params = {
+        "ids": list(recipient_ids),
+        "claim": claim,
+        "claim_for": claim_for,
+        "frozen": clock.frozen_at(),
+    }
+
+    def run() -> dict[int, int]:
+        with bound_cursor() as cursor:
+            cursor.execute(BEGIN_RECIPIENTS, params, prepare=True)
+            return dict(cursor.fetchall())
+
+    return prepared_again(run)
 
 
 def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta) -> int:

@@ -140,7 +140,6 @@ class _KeeperThread:
                         # This thread serves every lane of the process: it goes on.
                         logger.exception("claim extension failed claim=%s", keeper.claim)
         finally:
-            connection.close()
             with self._changed:
                 if self._thread is threading.current_thread():
                     # Ended by something nothing above caught: lanes still running get a
@@ -148,6 +147,7 @@ class _KeeperThread:
                     self._thread = None
                     if self._due:
                         self._start()
+            connection.close()
 
     def _wait_for_due(self) -> list[ClaimKeeper]:
         """Wait until some keepers are due and return them, or return [] (and let the
@@ -166,4 +166,5 @@ class _KeeperThread:
 
 
 _keeper_thread = _KeeperThread()
-os.register_at_fork(after_in_child=_keeper_thread.reset)
+if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
+    os.register_at_fork(after_in_child=_keeper_thread.reset)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-import psycopg
 import pytest
 from django.db import DatabaseError, connection
 
@@ -78,7 +77,9 @@ def test_the_claim_loops_statements_are_planned_once_per_connection():
     assert [s for s in prepared if "json_to_recordset" in s], prepared  # FINISH
 
 
-def test_a_migration_that_changes_a_returned_columns_type_does_not_stop_the_claim():
+def test_a_migration_that_changes_a_returned_columns_type_does_not_stop_the_claim(
+    widen_column,
+):
     """After a deploy's migration lengthens a varchar that CLAIM returns, PostgreSQL
     refuses the statement prepared before it ("cached plan must not change result
     type"); the claim prepares it again instead of failing every turn."""
@@ -92,22 +93,8 @@ def test_a_migration_that_changes_a_returned_columns_type_does_not_stop_the_clai
         "lease": dt.timedelta(seconds=30),
     }
     assert len(pg.claim_jobs(**arguments)) == 1  # CLAIM prepared on this connection
-    settings = connection.settings_dict
-    with psycopg.connect(
-        dbname=settings["NAME"],
-        user=settings["USER"],
-        host=settings["HOST"],
-        port=settings["PORT"],
-        autocommit=True,
-    ) as migrating:  # a migration runs elsewhere, on a connection of its own
-        (length,) = migrating.execute(
-            "SELECT character_maximum_length FROM information_schema.columns "
-            "WHERE table_name = 'scheduler_app_job' AND column_name = 'unique_key'"
-        ).fetchone()
-        alter = "ALTER TABLE scheduler_app_job ALTER COLUMN unique_key TYPE varchar(%s)"
-        migrating.execute(alter % (length + 1))
-        try:
-            for _ in range(2):
-                assert len(pg.claim_jobs(**arguments)) == 1
-        finally:
-            migrating.execute(alter % length)
+
+    widen_column("scheduler_app_job", "unique_key")
+
+    for _ in range(2):
+        assert len(pg.claim_jobs(**arguments)) == 1

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import threading
 import time
 import warnings
 from collections.abc import Callable
 
-import psycopg
 import pytest
 from django.db import connection
 
@@ -120,7 +120,7 @@ def test_a_hung_call_gives_up_its_recipients_claim_and_keeps_the_rest(
 
 @pytest.mark.postgres_only
 def test_rows_another_transaction_holds_do_not_hold_up_the_other_lanes_claims(
-    customer, make_batch, held
+    customer, make_batch, held, other_connection
 ):
     """An operator's long transaction holds a row of one lane's chunk: the keeper skips
     that row instead of waiting for it, and goes on extending every other claim."""
@@ -131,10 +131,7 @@ def test_rows_another_transaction_holds_do_not_hold_up_the_other_lanes_claims(
     poll(lambda: len(held.entered) == 2, "both lanes' first calls")
     claimed = Recipient.objects.exclude(claimed_by="")
     first_expiry = max(claimed.values_list("claimed_until", flat=True))
-    settings = connection.settings_dict
-    with psycopg.connect(
-        dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"], port=settings["PORT"]
-    ) as operator:
+    with other_connection() as operator:
         operator.execute(
             "SELECT id FROM scheduler_app_recipient WHERE batch_id = %s AND address = %s "
             "FOR UPDATE",
@@ -172,6 +169,19 @@ def test_a_forked_child_starts_its_own_keeper_thread(settings):
             with child_lane:
                 alive = [t for t in keeper_threads() if t.is_alive()]
             os._exit(0 if len(alive) == 1 else 1)
-        _, status = os.waitpid(pid, 0)
+        status = _wait_for_child(pid)
 
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert status == 0
+
+
+def _wait_for_child(pid: int) -> int | None:
+    """Return the child's exit code, or None (after killing it) if it hangs."""
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return None
