@@ -664,13 +664,7 @@ def _mark_one_and_begin(
         "batch": Int8(batch_id),
         "frozen": clock.frozen_at(),
     }
-
-    def run() -> tuple:
-        with bound_cursor() as cursor:
-            cursor.execute(MARK_ONE_AND_BEGIN, params, prepare=True)
-            return cursor.fetchone()
-
-    status, attempt = prepared_again(run)
+    ((status, attempt),) = _run_prepared(MARK_ONE_AND_BEGIN, params)
     return attempt, [] if status is None else [status]
 
 
@@ -685,11 +679,17 @@ def begin_recipients(
         "claim_for": claim_for,
         "frozen": clock.frozen_at(),
     }
+    return dict(_run_prepared(BEGIN_RECIPIENTS, params))
 
-    def run() -> dict[int, int]:
+
+def _run_prepared(sql: str, params: dict) -> list[tuple]:
+    """Run ``sql`` as a prepared statement on a server-binding cursor (prepared again
+    after a migration, see prepared_again()); return its rows."""
+
+    def run() -> list[tuple]:
         with bound_cursor() as cursor:
-            cursor.execute(BEGIN_RECIPIENTS, params, prepare=True)
-            return dict(cursor.fetchall())
+            cursor.execute(sql, params, prepare=True)
+            return cursor.fetchall()
 
     return prepared_again(run)
 

@@ -15,18 +15,23 @@ from scheduler_app.worker.execution import ClaimedJob, Finish
 pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_refused_first_turn_does_not_leave_statements_half_prepared():
-    """The first pipeline of a connection fails at FINISH: the server skips the rest of it,
-    including the statements psycopg was preparing. The next turn must still work."""
-    for _ in range(3):
-        schedule("tests.noop")
-    arguments = {
+def claim_arguments() -> dict:
+    """The keyword arguments of a claim of one job by worker "w" from now."""
+    return {
         "worker": "w",
         "queues": ["default"],
         "limit": 1,
         "now": clock.now(),
         "lease": dt.timedelta(seconds=30),
     }
+
+
+def test_a_refused_first_turn_does_not_leave_statements_half_prepared():
+    """The first pipeline of a connection fails at FINISH: the server skips the rest of it,
+    including the statements psycopg was preparing. The next turn must still work."""
+    for _ in range(3):
+        schedule("tests.noop")
+    arguments = claim_arguments()
     (row,) = pg.claim_jobs(**arguments)
     refused = Finish(
         job=ClaimedJob.from_row(row, started_at=arguments["now"]),
@@ -47,20 +52,13 @@ def test_a_refused_first_turn_does_not_leave_statements_half_prepared():
 def test_the_claim_loops_statements_are_planned_once_per_connection():
     """CLAIM and FINISH are prepared: parsing and planning them on every turn cost about
     two thirds of PostgreSQL's CPU per job (bench/worker.py)."""
-    now = clock.now()
     for _ in range(2):
         schedule("tests.noop")
     connection.close()  # a new connection: nothing prepared yet
-    arguments = {
-        "worker": "w",
-        "queues": ["default"],
-        "limit": 1,
-        "now": now,
-        "lease": dt.timedelta(seconds=30),
-    }
+    arguments = claim_arguments()
     (row,) = pg.claim_jobs(**arguments)
     done = Finish(
-        job=ClaimedJob.from_row(row, started_at=now),
+        job=ClaimedJob.from_row(row, started_at=arguments["now"]),
         status="succeeded",
         outcome="succeeded",
         finished_at=clock.now(),
@@ -85,13 +83,7 @@ def test_a_migration_that_changes_a_returned_columns_type_does_not_stop_the_clai
     type"); the claim prepares it again instead of failing every turn."""
     for _ in range(3):
         schedule("tests.noop")
-    arguments = {
-        "worker": "w",
-        "queues": ["default"],
-        "limit": 1,
-        "now": clock.now(),
-        "lease": dt.timedelta(seconds=30),
-    }
+    arguments = claim_arguments()
     assert len(pg.claim_jobs(**arguments)) == 1  # CLAIM prepared on this connection
 
     widen_column("scheduler_app_job", "unique_key")
