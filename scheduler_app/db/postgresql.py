@@ -12,6 +12,7 @@ import psycopg
 from django.db import DatabaseError, NotSupportedError, connection
 from django.db.models import QuerySet
 from psycopg.pq import TransactionStatus
+from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.numeric import Int4, Int8
 
 from scheduler_app import clock
@@ -39,6 +40,18 @@ def bound_cursor() -> Iterator[psycopg.Cursor]:
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         yield cursor
+
+
+def native_timestamps(cursor: psycopg.Cursor) -> None:
+    """Let ``cursor`` read timestamptz with psycopg's own loader (C) instead of Django's.
+
+    Django's loader subclasses psycopg's Python one to set the time zone, so every value is
+    parsed in Python: about 3 µs each against 0.2, two or three per claimed job. With USE_TZ,
+    Django sets the session's time zone to the connection's, so psycopg's loader returns the
+    same aware datetimes. Without USE_TZ Django's loader makes them naive: it stays.
+    """
+    if connection.timezone is not None:
+        cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
 
 
 NOW = "COALESCE({frozen}::timestamptz, statement_timestamp())"
@@ -212,8 +225,22 @@ FINISH_COLUMNS = (
 )
 
 
+#: The columns FINISH reads only to write an attempt-history row.
+HISTORY_ONLY = frozenset({"outcome", "attempt", "task_name", "due_at", "started_at"})
+
+
 def _finish_params(rows: Sequence[Sequence], worker: str) -> list:
-    objects = [dict(zip(FINISH_COLUMNS, row, strict=True)) for row in rows]
+    # json_to_recordset reads a missing key as NULL: a None, and the history-only columns
+    # of a row that writes no history (most rows: a first attempt that succeeds), are left
+    # out, which spares their encoding in the worker and their parsing in the server.
+    objects = [
+        {
+            name: value
+            for name, value in zip(FINISH_COLUMNS, row, strict=True)
+            if value is not None and (row[-1] or name not in HISTORY_ONLY)
+        }
+        for row in rows
+    ]
     return [
         json.dumps(objects, ensure_ascii=False, default=_isoformat),
         [row[0] for row in rows],
@@ -298,6 +325,7 @@ def _finish_and_claim(
     ):
         if finish is not None:
             finishing.execute(FINISH, finish, prepare=True)
+        native_timestamps(claiming)
         setting.execute(IN_CLAIM_ORDER, prepare=True)
         claiming.execute(CLAIM, claim, prepare=True)
         setting.execute(AFTER_CLAIM, prepare=True)

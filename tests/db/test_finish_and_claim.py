@@ -95,3 +95,66 @@ def test_a_failing_claim_leaves_the_outcomes_unrecorded():
         backend().finish_and_claim([succeeded(done)], **arguments)
 
     assert Job.objects.get(pk=done.id).status == Status.RUNNING
+
+
+def test_a_claimed_row_carries_the_jobs_times_as_the_orm_reads_them():
+    """The claim reads timestamps with psycopg's own loader on PostgreSQL (see
+    native_timestamps): the same aware datetimes as Django's, to the microsecond."""
+    run_at = clock.now().replace(microsecond=123456) - dt.timedelta(minutes=3)
+    [job] = schedule_many("tests.record", [{}], at=run_at)
+    stored = Job.objects.get(pk=job.pk)
+
+    [claimed] = claim(1)
+
+    assert (claimed.scheduled_for, claimed.due_at) == (stored.scheduled_for, stored.run_at)
+    assert claimed.due_at == run_at
+    assert claimed.due_at.utcoffset() == dt.timedelta(0)
+    assert claimed.retry_later_deadline is None
+
+
+def test_outcomes_with_and_without_an_attempt_row_are_recorded_whole_in_one_batch():
+    """FINISH's parameters leave out what a row does not need (its None values, and the
+    history columns of a first success): both kinds together still record every column."""
+    schedule_many("tests.record", [{}] * 2)
+    first, second = claim(2)
+    retried = Finish(
+        job=second,
+        status="pending",
+        outcome="retried",
+        finished_at=clock.now(),
+        run_at=clock.now() + dt.timedelta(minutes=5),
+        error="boom",
+    )
+
+    accepted, _ = backend().finish_and_claim(
+        [succeeded(first), retried.as_row()], **claim_arguments(0)
+    )
+
+    assert accepted == {first.id, second.id}
+    done = Job.objects.get(pk=first.id)
+    assert (done.status, done.worker_id, done.result, done.last_error) == (
+        Status.SUCCEEDED,
+        "w",
+        None,
+        "",
+    )
+    assert not done.recorded_attempts.exists()
+    again = Job.objects.get(pk=second.id)
+    assert (again.status, again.run_at, again.last_error) == (
+        Status.PENDING,
+        retried.run_at,
+        "boom",
+    )
+    [row] = again.recorded_attempts.all()
+    assert (row.attempt, row.task_name, row.worker_id, row.outcome, row.error) == (
+        1,
+        "tests.record",
+        "w",
+        "retried",
+        "boom",
+    )
+    assert (row.due_at, row.started_at, row.finished_at) == (
+        second.due_at,
+        second.started_at,
+        retried.finished_at,
+    )
