@@ -27,16 +27,6 @@ from scheduler_app.sends.rendering import Message
 SALT = "scheduler_app.unsubscribe"
 
 
-def recipient_token(recipient_id: int) -> str:
-    """Return the signed token of a batch recipient's link."""
-    return signing.Signer(salt=SALT).sign("r%d" % recipient_id)
-
-
-def message_token(job_id: int) -> str:
-    """Return the signed token of a single message's link."""
-    return signing.Signer(salt=SALT).sign("m%d" % job_id)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Subscriber:
     """Who a token stands for: the address, the list scope, and the batch if any."""
@@ -76,19 +66,10 @@ def subscriber(token: str) -> Subscriber:
     raise BadUnsubscribeToken()
 
 
-def link(token: str) -> str:
-    """Return the absolute HTTPS URL of the one-click endpoint for ``token``."""
-    before, after = _link_parts(
-        app_settings.PUBLIC_BASE_URL or "",
-        get_urlconf() or settings.ROOT_URLCONF,
-        get_script_prefix(),
-    )
-    return before + token + after
-
-
 @functools.lru_cache(maxsize=16)
 def _link_parts(base: str, urlconf: str, prefix: str) -> tuple[str, str]:
-    """Return the URL around the token, reversed once (a lane builds thousands of links)."""
+    """Return the one-click endpoint's absolute URL around the token, reversed once per
+    URLconf and script prefix."""
     path = reverse("scheduler_app_feedback:unsubscribe", args=[_MARKER], urlconf=urlconf)
     before, after = path.split(_MARKER)
     return base.rstrip("/") + before, after
@@ -98,23 +79,65 @@ def _link_parts(base: str, urlconf: str, prefix: str) -> tuple[str, str]:
 _MARKER = "SCHEDULERTOKEN"
 
 
+class UnsubscribeLinks:
+    """Signs tokens and makes the List-Unsubscribe headers that carry them.
+
+    The signer, the settings and the URL are read when it is made, not per message: a
+    send lane makes one and adds headers to thousands of messages with it.
+    """
+
+    def __init__(self) -> None:
+        self.signer = signing.Signer(salt=SALT)
+        self.base = app_settings.PUBLIC_BASE_URL or ""
+        self.mailto = app_settings.UNSUBSCRIBE_MAILTO
+
+    def recipient_token(self, recipient_id: int) -> str:
+        """Return the signed token of a batch recipient's link."""
+        return self.signer.sign("r%d" % recipient_id)
+
+    def message_token(self, job_id: int) -> str:
+        """Return the signed token of a single message's link."""
+        return self.signer.sign("m%d" % job_id)
+
+    @functools.cached_property
+    def _around_token(self) -> tuple[str, str]:
+        return _link_parts(self.base, get_urlconf() or settings.ROOT_URLCONF, get_script_prefix())
+
+    def headers(self, token: str) -> dict[str, str]:
+        """Return the List-Unsubscribe headers for ``token`` ({} when PUBLIC_BASE_URL is
+        unset)."""
+        if not self.base:
+            return {}
+        before, after = self._around_token
+        targets = "<%s%s%s>" % (before, token, after)
+        if self.mailto:
+            targets += ", <mailto:%s?subject=%s>" % (self.mailto, quote("unsubscribe %s" % token))
+        found = {"List-Unsubscribe": targets}
+        if self.base.startswith("https://"):
+            # RFC 8058: one-click only with an HTTPS URI (an http:// origin is for development).
+            found["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+        return found
+
+    def add(self, message: Message, token: str) -> Message:
+        """Return ``message`` with the List-Unsubscribe headers of ``token`` added."""
+        return dataclasses.replace(message, headers={**message.headers, **self.headers(token)})
+
+
+def recipient_token(recipient_id: int) -> str:
+    """Return the signed token of a batch recipient's link."""
+    return UnsubscribeLinks().recipient_token(recipient_id)
+
+
+def message_token(job_id: int) -> str:
+    """Return the signed token of a single message's link."""
+    return UnsubscribeLinks().message_token(job_id)
+
+
 def headers(token: str) -> Mapping[str, str]:
     """Return the List-Unsubscribe headers for ``token`` ({} when PUBLIC_BASE_URL is unset)."""
-    if not app_settings.PUBLIC_BASE_URL:
-        return {}
-    targets = ["<%s>" % link(token)]
-    if app_settings.UNSUBSCRIBE_MAILTO:
-        targets.append(
-            "<mailto:%s?subject=%s>"
-            % (app_settings.UNSUBSCRIBE_MAILTO, quote("unsubscribe %s" % token))
-        )
-    found = {"List-Unsubscribe": ", ".join(targets)}
-    if app_settings.PUBLIC_BASE_URL.startswith("https://"):
-        # RFC 8058: one-click only with an HTTPS URI (an http:// origin is for development).
-        found["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
-    return found
+    return UnsubscribeLinks().headers(token)
 
 
 def with_unsubscribe(message: Message, token: str) -> Message:
     """Return ``message`` with the List-Unsubscribe headers of ``token`` added."""
-    return dataclasses.replace(message, headers={**message.headers, **headers(token)})
+    return UnsubscribeLinks().add(message, token)

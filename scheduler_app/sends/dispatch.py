@@ -46,12 +46,11 @@ from scheduler_app.db import backend, database_now
 from scheduler_app.exceptions import RetryLater, SchedulerError
 from scheduler_app.feedback import suppressions
 from scheduler_app.feedback.unsubscribe import (
-    headers as unsubscribe_headers,
+    UnsubscribeLinks,
+    message_token,
 )
 from scheduler_app.feedback.unsubscribe import (
-    message_token,
-    recipient_token,
-    with_unsubscribe,
+    headers as unsubscribe_headers,
 )
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.registry import JobContext, get_task, task
@@ -294,6 +293,7 @@ class Lane:
         self.keeper = ClaimKeeper(claim, self.claim_for)
         self.halted = _halt_check(batch.pk)
         self.breaker = Breaker(batch)
+        self.unsubscribe = UnsubscribeLinks()
         self.sizer = ChunkSizer(app_settings.SEND_CHUNK_SIZE)
         self.counts: collections.Counter[str] = collections.Counter()
         self.unlogged = 0
@@ -400,7 +400,7 @@ class Lane:
                     )
                 )
                 continue
-            message = with_unsubscribe(message, recipient_token(recipient_id))
+            message = self.unsubscribe.add(message, self.unsubscribe.recipient_token(recipient_id))
             if limited:
                 self._mark()  # a marker never waits for the limiter
                 if not limiter.wait_for_token(

@@ -15,12 +15,12 @@ project context processors, autoescape only for HTML). Fail closed:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from django.template import Context, Engine, Template, TemplateSyntaxError
-from django.template.base import Node, VariableNode
-from django.template.defaulttags import ForNode, IfChangedNode, IfNode, WithNode
+from django.template.base import Node, VariableNode, render_value_in_context
+from django.template.defaulttags import ForNode, IfChangedNode, IfNode
 
 from scheduler_app.exceptions import SchedulerError
 
@@ -76,9 +76,9 @@ class MessageTemplate:
         """Compile the templates; raise RenderError on a syntax error."""
         try:
             return cls(
-                subject=_ENGINE.from_string(subject),
-                text=_ENGINE.from_string(text),
-                html=_HTML_ENGINE.from_string(html) if html else None,
+                subject=_strict(_ENGINE.from_string(subject)),
+                text=_strict(_ENGINE.from_string(text)),
+                html=_strict(_HTML_ENGINE.from_string(html)) if html else None,
             )
         except TemplateSyntaxError as exc:
             raise RenderError("Template syntax error: %s" % exc) from exc
@@ -99,13 +99,15 @@ class MessageTemplate:
 
 
 def _render(template: Template, context: Mapping[str, Any], part: str) -> str:
-    ctx = Context(dict(context), autoescape=template.engine.autoescape)
     try:
-        with ctx.bind_template(template):
-            _check_unconditional(template.nodelist, ctx, part)
-        output = template.render(ctx)
+        output = template.render(Context(dict(context), autoescape=template.engine.autoescape))
     except RenderError:
         raise
+    except _EmptyVariable as exc:
+        raise RenderError(
+            "Variable %r is empty for this recipient (in the %s); add a "
+            '|default:"..." if that is expected.' % (exc.token, part)
+        ) from None
     except Exception as exc:  # a filter or tag failed on this recipient's data
         raise RenderError(
             "Rendering the %s failed: %s: %s" % (part, type(exc).__name__, exc)
@@ -118,29 +120,49 @@ def _render(template: Template, context: Mapping[str, Any], part: str) -> str:
     return output
 
 
-def _check_unconditional(nodelist: Iterable[Node], ctx: Context, part: str) -> None:
-    """Fail on an empty variable that always renders, at top level or in a block that does."""
-    for node in nodelist:
+def _strict(template: Template) -> Template:
+    """Return ``template`` with its unconditional variables made strict (_StrictVariableNode)."""
+    _make_strict(template.nodelist)
+    return template
+
+
+def _make_strict(nodelist: list[Node]) -> None:
+    """Make strict the variables that always render: at top level, or in a block that
+    always renders its content; those in {% if %} / {% for %} are left to their condition."""
+    for index, node in enumerate(nodelist):
         if isinstance(node, VariableNode):
-            _check_variable(node, ctx, part)
-        elif isinstance(node, WithNode):
-            values = {name: value.resolve(ctx) for name, value in node.extra_context.items()}
-            with ctx.push(**values):
-                _check_unconditional(node.nodelist, ctx, part)
+            nodelist[index] = _StrictVariableNode(node)
         elif not isinstance(node, CONDITIONAL_NODES):
             for name in node.child_nodelists:
-                _check_unconditional(getattr(node, name, None) or (), ctx, part)
+                _make_strict(getattr(node, name, None) or [])
 
 
-def _check_variable(node: VariableNode, ctx: Context, part: str) -> None:
-    filters = {func.__name__ for func, _ in node.filter_expression.filters}
-    if filters & EMPTY_OK_FILTERS:
-        return
-    # Resolving runs the filters: one failing on this recipient's data is
-    # a render error like any other, never an exception out of the lane.
-    value = node.filter_expression.resolve(ctx)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        raise RenderError(
-            "Variable %r is empty for this recipient (in the %s); add a "
-            '|default:"..." if that is expected.' % (node.filter_expression.token, part)
+class _EmptyVariable(Exception):
+    """A strict variable rendered empty; _render() says in which part."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__(token)
+        self.token = token
+
+
+class _StrictVariableNode(VariableNode):
+    """A variable that always renders: an empty value fails the render, unless the template
+    says what empty means (``default``, ``default_if_none``).
+
+    The check is made while rendering, so each value is resolved once. Resolving runs the
+    filters: one failing on this recipient's data is a render error like any other.
+    """
+
+    def __init__(self, node: VariableNode) -> None:
+        super().__init__(node.filter_expression)
+        self.token = getattr(node, "token", None)
+        self.origin = getattr(node, "origin", None)
+        self.empty_ok = any(
+            func.__name__ in EMPTY_OK_FILTERS for func, _ in node.filter_expression.filters
         )
+
+    def render(self, context: Context) -> str:
+        value = self.filter_expression.resolve(context)
+        if not self.empty_ok and (value is None or (isinstance(value, str) and not value.strip())):
+            raise _EmptyVariable(self.filter_expression.token)
+        return render_value_in_context(value, context)
