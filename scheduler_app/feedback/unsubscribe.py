@@ -82,8 +82,9 @@ _MARKER = "SCHEDULERTOKEN"
 class UnsubscribeLinks:
     """Signs tokens and makes the List-Unsubscribe headers that carry them.
 
-    The signer, the settings and the URL are read when it is made, not per message: a
-    send lane makes one and adds headers to thousands of messages with it.
+    The signer and the settings are read when it is made and the URL at its first use,
+    not per message: a send lane makes one and adds headers to thousands of messages
+    with it.
     """
 
     def __init__(self) -> None:

@@ -9,6 +9,8 @@ project context processors, autoescape only for HTML). Fail closed:
     {% with %} ...) that is empty fails too ("Hi ," is a bug, not a
     greeting), unless the template says what to do with an empty value
     with ``default`` or ``default_if_none``: ``{{ first_name|default:"there" }}``;
+    so does an unconditional {% firstof %} or {% cycle %} that renders empty
+    (``{% firstof first_name nickname "there" %}`` says what to write then);
   - output that still contains template syntax (``{{`` or ``{%``) fails.
 """
 
@@ -20,7 +22,7 @@ from typing import Any
 
 from django.template import Context, Engine, Template, TemplateSyntaxError
 from django.template.base import Node, VariableNode, render_value_in_context
-from django.template.defaulttags import ForNode, IfChangedNode, IfNode
+from django.template.defaulttags import CycleNode, FirstOfNode, ForNode, IfChangedNode, IfNode
 
 from scheduler_app.exceptions import SchedulerError
 
@@ -103,10 +105,10 @@ def _render(template: Template, context: Mapping[str, Any], part: str) -> str:
         output = template.render(Context(dict(context), autoescape=template.engine.autoescape))
     except RenderError:
         raise
-    except _EmptyVariable as exc:
+    except _Empty as exc:
         raise RenderError(
-            "Variable %r is empty for this recipient (in the %s); add a "
-            '|default:"..." if that is expected.' % (exc.token, part)
+            "%s is empty for this recipient (in the %s); %s if that is expected."
+            % (exc.what, part, exc.remedy)
         ) from None
     except Exception as exc:  # a filter or tag failed on this recipient's data
         raise RenderError(
@@ -121,28 +123,40 @@ def _render(template: Template, context: Mapping[str, Any], part: str) -> str:
 
 
 def _strict(template: Template) -> Template:
-    """Return ``template`` with its unconditional variables made strict (_StrictVariableNode)."""
+    """Return ``template`` with what always renders made strict (see _make_strict)."""
     _make_strict(template.nodelist)
     return template
 
 
 def _make_strict(nodelist: list[Node]) -> None:
-    """Make strict the variables that always render: at top level, or in a block that
-    always renders its content; those in {% if %} / {% for %} are left to their condition."""
+    """Make strict the variables, and the {% firstof %} and {% cycle %} tags, that always
+    render: at top level, or in a block that always renders its content. Those in
+    {% if %} / {% for %} are left to their condition."""
     for index, node in enumerate(nodelist):
         if isinstance(node, VariableNode):
             nodelist[index] = _StrictVariableNode(node)
+        elif isinstance(node, FirstOfNode | CycleNode):
+            if _shows_output(node):
+                nodelist[index] = _StrictTagNode(node)
         elif not isinstance(node, CONDITIONAL_NODES):
             for name in node.child_nodelists:
                 _make_strict(getattr(node, name, None) or [])
 
 
-class _EmptyVariable(Exception):
-    """A strict variable rendered empty; _render() says in which part."""
+def _shows_output(node: FirstOfNode | CycleNode) -> bool:
+    """Return whether the tag writes its value out (``as name``, ``silent``: it only sets it)."""
+    if isinstance(node, FirstOfNode):
+        return node.asvar is None
+    return not node.silent
 
-    def __init__(self, token: str) -> None:
-        super().__init__(token)
-        self.token = token
+
+class _Empty(Exception):
+    """Something that always renders rendered empty; _render() says in which part."""
+
+    def __init__(self, what: str, remedy: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.remedy = remedy
 
 
 class _StrictVariableNode(VariableNode):
@@ -164,5 +178,26 @@ class _StrictVariableNode(VariableNode):
     def render(self, context: Context) -> str:
         value = self.filter_expression.resolve(context)
         if not self.empty_ok and (value is None or (isinstance(value, str) and not value.strip())):
-            raise _EmptyVariable(self.filter_expression.token)
+            raise _Empty("Variable %r" % self.filter_expression.token, 'add a |default:"..."')
         return render_value_in_context(value, context)
+
+
+class _StrictTagNode(Node):
+    """A {% firstof %} or {% cycle %} that always renders: empty output fails the render.
+
+    Each skips empty values and ``firstof`` missing ones, so ``Dear {% firstof a b %}``
+    would render "Dear " when both are empty; a last value in quotes says what to write
+    then.
+    """
+
+    def __init__(self, node: FirstOfNode | CycleNode) -> None:
+        self.node = node
+        self.token = getattr(node, "token", None)
+        self.origin = getattr(node, "origin", None)
+
+    def render(self, context: Context) -> str:
+        output = self.node.render(context)
+        if not output.strip():
+            tag = self.token.contents if self.token is not None else "tag"
+            raise _Empty("{%% %s %%}" % tag, 'end it with a value in quotes, e.g. "there",')
+        return output

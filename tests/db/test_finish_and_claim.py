@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from scheduler_app import clock, schedule_many
 from scheduler_app.db import backend
@@ -97,9 +97,37 @@ def test_a_failing_claim_leaves_the_outcomes_unrecorded():
     assert Job.objects.get(pk=done.id).status == Status.RUNNING
 
 
-def test_a_claimed_row_carries_the_jobs_times_as_the_orm_reads_them():
-    """The claim reads timestamps with psycopg's own loader on PostgreSQL (see
-    native_timestamps): the same aware datetimes as Django's, to the microsecond."""
+@pytest.fixture(
+    params=[
+        None,
+        pytest.param("UTC", marks=pytest.mark.postgres_only),
+        pytest.param("Europe/Paris", marks=pytest.mark.postgres_only),
+    ],
+    ids=["no TIME_ZONE", "UTC", "Paris"],
+)
+def database_time_zone(request):
+    """The database's TIME_ZONE setting (Django sets the session's time zone from it).
+
+    PostgreSQL only: the SQLite backend's claim reads stored times as UTC whatever the
+    setting, a known limitation of that backend."""
+    wrapper = connections[DEFAULT_DB_ALIAS]  # not the proxy: its cached properties
+    before = wrapper.settings_dict["TIME_ZONE"]
+
+    def use(name):
+        wrapper.close()
+        wrapper.settings_dict["TIME_ZONE"] = name
+        for cached in ("timezone", "timezone_name"):
+            wrapper.__dict__.pop(cached, None)
+
+    use(request.param)
+    yield request.param
+    use(before)
+
+
+def test_a_claimed_row_carries_the_jobs_times_as_the_orm_reads_them(database_time_zone):
+    """The claim reads timestamps with psycopg's own loader where it gives what Django's
+    gives (see native_timestamps): the same instants, to the microsecond, with the same
+    tzinfo, whatever the database's time zone."""
     run_at = clock.now().replace(microsecond=123456) - dt.timedelta(minutes=3)
     [job] = schedule_many("tests.record", [{}], at=run_at)
     stored = Job.objects.get(pk=job.pk)
@@ -108,7 +136,8 @@ def test_a_claimed_row_carries_the_jobs_times_as_the_orm_reads_them():
 
     assert (claimed.scheduled_for, claimed.due_at) == (stored.scheduled_for, stored.run_at)
     assert claimed.due_at == run_at
-    assert claimed.due_at.utcoffset() == dt.timedelta(0)
+    assert claimed.due_at.tzinfo is stored.run_at.tzinfo is connection.timezone
+    assert claimed.scheduled_for.tzinfo is stored.scheduled_for.tzinfo
     assert claimed.retry_later_deadline is None
 
 

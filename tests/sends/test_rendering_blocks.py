@@ -75,3 +75,51 @@ def test_conditional_blocks_are_left_to_their_condition():
     )
 
     assert render_text(text, {"first_name": "", "items": []}) == "Hello, nothing"
+
+
+def empty_tag(tag: str) -> str:
+    return (
+        "{%% %s %%} is empty for this recipient (in the text body); end it with a value in "
+        'quotes, e.g. "there", if that is expected.' % tag
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "tag"),
+    [
+        ("Dear {% firstof first_name nickname %},", "firstof first_name nickname"),
+        ("Dear {% firstof missing %},", "firstof missing"),
+        ("{% filter upper %}Dear {% firstof first_name %},{% endfilter %}", "firstof first_name"),
+        ("Dear {% cycle first_name nickname %},", "cycle first_name nickname"),
+    ],
+)
+def test_a_firstof_or_cycle_that_always_renders_fails_when_it_renders_empty(text, tag):
+    """{% firstof %} skips empty and missing values and writes nothing when all are:
+    "Dear ," is an empty greeting like any other."""
+    with pytest.raises(RenderError) as caught:
+        render_text(text, {"first_name": "", "nickname": " "})
+
+    assert caught.value.message == empty_tag(tag)
+
+
+@pytest.mark.parametrize(
+    ("text", "nickname", "expected"),
+    [
+        ("Dear {% firstof first_name nickname %},", "Nan", "Dear Nan,"),
+        ('Dear {% firstof first_name "there" %},', "", "Dear there,"),
+        ("{% if nickname %}Dear {% firstof first_name %},{% endif %}Hello", "", "Hello"),
+        ("{% firstof first_name as name %}Dear {{ name|default:'you' }},", "", "Dear you,"),
+    ],
+)
+def test_a_firstof_with_a_value_or_under_a_condition_renders(text, nickname, expected):
+    assert render_text(text, {"first_name": "", "nickname": nickname}) == expected
+
+
+def test_a_variable_a_tag_sets_while_rendering_is_checked_when_it_renders():
+    """The check runs as the template renders, so a variable set by an earlier tag
+    ({% now ... as %}, {% firstof ... as %}) is there; an empty one still fails."""
+    assert render_text("{% now 'Y' as year %}News of {{ year }}", {}).startswith("News of 2")
+    with pytest.raises(RenderError) as caught:
+        render_text("{% firstof first_name as name %}Dear {{ name }},", {"first_name": ""})
+
+    assert caught.value.message == empty("name")
