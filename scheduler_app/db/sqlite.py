@@ -218,12 +218,13 @@ def _convert(row: tuple) -> tuple:
 
 
 def _parse_datetime(value: str | dt.datetime | None) -> dt.datetime | None:
-    # Django's sqlite3 converters may already have parsed the (naive, UTC) value.
+    # Stored naive, in the connection's time zone (UTC unless DATABASES sets TIME_ZONE),
+    # as Django writes and reads them; its sqlite3 converters may already have parsed it.
     if value is None:
         return None
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value)
-    return value.replace(tzinfo=dt.UTC)
+    return value.replace(tzinfo=connection.timezone or dt.UTC)
 
 
 RECIPIENT = "scheduler_app_recipient"

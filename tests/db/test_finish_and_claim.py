@@ -97,19 +97,10 @@ def test_a_failing_claim_leaves_the_outcomes_unrecorded():
     assert Job.objects.get(pk=done.id).status == Status.RUNNING
 
 
-@pytest.fixture(
-    params=[
-        None,
-        pytest.param("UTC", marks=pytest.mark.postgres_only),
-        pytest.param("Europe/Paris", marks=pytest.mark.postgres_only),
-    ],
-    ids=["no TIME_ZONE", "UTC", "Paris"],
-)
+@pytest.fixture(params=[None, "UTC", "Europe/Paris"], ids=["no TIME_ZONE", "UTC", "Paris"])
 def database_time_zone(request):
-    """The database's TIME_ZONE setting (Django sets the session's time zone from it).
-
-    PostgreSQL only: the SQLite backend's claim reads stored times as UTC whatever the
-    setting, a known limitation of that backend."""
+    """The database's TIME_ZONE setting: PostgreSQL's session time zone; on SQLite the
+    zone stored times are written in."""
     wrapper = connections[DEFAULT_DB_ALIAS]  # not the proxy: its cached properties
     before = wrapper.settings_dict["TIME_ZONE"]
 
