@@ -17,10 +17,15 @@ def render_text(text: str, context: dict) -> str:
     return MessageTemplate.compile("News", text).render("ann@example.com", context).text
 
 
-def empty(variable: str) -> str:
-    return (
-        "Variable %r is empty for this recipient (in the text body); "
-        'add a |default:"..." if that is expected.' % variable
+def empty(variable: str = "", *, tag: str = "") -> str:
+    """The error for an empty variable, or for an empty {% firstof %} / {% cycle %}."""
+    if tag:
+        what, remedy = "{%% %s %%}" % tag, 'end it with a value in quotes, e.g. "there",'
+    else:
+        what, remedy = "Variable %r" % variable, 'add a |default:"..."'
+    return "%s is empty for this recipient (in the text body); %s if that is expected." % (
+        what,
+        remedy,
     )
 
 
@@ -77,13 +82,6 @@ def test_conditional_blocks_are_left_to_their_condition():
     assert render_text(text, {"first_name": "", "items": []}) == "Hello, nothing"
 
 
-def empty_tag(tag: str) -> str:
-    return (
-        "{%% %s %%} is empty for this recipient (in the text body); end it with a value in "
-        'quotes, e.g. "there", if that is expected.' % tag
-    )
-
-
 @pytest.mark.parametrize(
     ("text", "tag"),
     [
@@ -99,7 +97,7 @@ def test_a_firstof_or_cycle_that_always_renders_fails_when_it_renders_empty(text
     with pytest.raises(RenderError) as caught:
         render_text(text, {"first_name": "", "nickname": " "})
 
-    assert caught.value.message == empty_tag(tag)
+    assert caught.value.message == empty(tag=tag)
 
 
 @pytest.mark.parametrize(
