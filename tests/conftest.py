@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 
 def pytest_collection_modifyitems(config, items):
@@ -62,3 +62,22 @@ def widen_column(other_connection):
 
 
 ALTER_VARCHAR = "ALTER TABLE %s ALTER COLUMN %s TYPE varchar(%d)"
+
+
+@pytest.fixture(params=[None, "UTC", "Europe/Paris"], ids=["no TIME_ZONE", "UTC", "Paris"])
+def database_time_zone(request):
+    """The database's TIME_ZONE setting: PostgreSQL's session time zone; on SQLite the
+    zone stored times are written in. It reconnects: use it with
+    ``django_db(transaction=True)``."""
+    wrapper = connections[DEFAULT_DB_ALIAS]  # not the proxy: its cached properties
+    before = wrapper.settings_dict["TIME_ZONE"]
+
+    def use(name):
+        wrapper.close()
+        wrapper.settings_dict["TIME_ZONE"] = name
+        for cached in ("timezone", "timezone_name"):
+            wrapper.__dict__.pop(cached, None)
+
+    use(request.param)
+    yield request.param
+    use(before)

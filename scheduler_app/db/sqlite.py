@@ -187,7 +187,7 @@ def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
 
 
 def _convert(row: tuple) -> tuple:
-    """Return the row with aware UTC datetimes, as PostgreSQL returns them."""
+    """Return the row with aware datetimes (see _parse_datetime), as PostgreSQL returns them."""
     parse = _parse_datetime
     (
         job_id,
@@ -460,7 +460,7 @@ def read_job_state(*, job_id: int, owner_id: int | None) -> tuple | None:
 
 
 def _convert_state(row: Sequence) -> tuple:
-    """Return a row of job_state_columns() with aware UTC datetimes, as PostgreSQL returns them."""
+    """Return a row of job_state_columns() with aware datetimes, as PostgreSQL returns them."""
     values = list(row)
     for i in _DATETIMES:
         values[i] = _parse_datetime(values[i])

@@ -149,9 +149,10 @@ def _thaw_value(name: str, kind: str, value: Any) -> Any:
             thawed = parse_date(value)
         elif kind == "datetime":
             thawed = parse_datetime(value)
-            # SQLite stores datetimes in UTC without an offset.
+            # SQLite stores datetimes without an offset, in the database's TIME_ZONE (UTC
+            # unless DATABASES sets one), and the freeze copies them as stored.
             if thawed is not None and settings.USE_TZ and timezone.is_naive(thawed):
-                thawed = thawed.replace(tzinfo=dt.UTC)
+                thawed = thawed.replace(tzinfo=connection.timezone or dt.UTC)
         elif kind == "time":
             thawed = parse_time(value)
         elif kind == "decimal":

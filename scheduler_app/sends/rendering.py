@@ -136,18 +136,26 @@ def _make_strict(nodelist: list[Node]) -> None:
         if isinstance(node, VariableNode):
             nodelist[index] = _StrictVariableNode(node)
         elif isinstance(node, FirstOfNode | CycleNode):
-            if _shows_output(node):
+            if _may_write_nothing(node):
                 nodelist[index] = _StrictTagNode(node)
         elif not isinstance(node, CONDITIONAL_NODES):
             for name in node.child_nodelists:
                 _make_strict(getattr(node, name, None) or [])
 
 
-def _shows_output(node: FirstOfNode | CycleNode) -> bool:
-    """Return whether the tag writes its value out (``as name``, ``silent``: it only sets it)."""
+def _may_write_nothing(node: FirstOfNode | CycleNode) -> bool:
+    """Return whether the tag writes a value out (not ``as name`` / ``silent``, which only
+    set one) without the template saying what empty means: a value in quotes, or a
+    ``default`` filter, among its values."""
     if isinstance(node, FirstOfNode):
-        return node.asvar is None
-    return not node.silent
+        writes, values = node.asvar is None, node.vars
+    else:
+        writes, values = not node.silent, node.cyclevars
+    return writes and not any(
+        isinstance(value.var, str)  # a literal: the parser resolved it already
+        or any(func.__name__ in EMPTY_OK_FILTERS for func, _ in value.filters)
+        for value in values
+    )
 
 
 class _Empty(Exception):
@@ -185,9 +193,9 @@ class _StrictVariableNode(VariableNode):
 class _StrictTagNode(Node):
     """A {% firstof %} or {% cycle %} that always renders: empty output fails the render.
 
-    Each skips empty values and ``firstof`` missing ones, so ``Dear {% firstof a b %}``
-    would render "Dear " when both are empty; a last value in quotes says what to write
-    then.
+    ``firstof`` skips empty and missing values, so ``Dear {% firstof a b %}`` would
+    render "Dear " when both are empty; ``cycle`` writes its values in turn, empty ones
+    too. A last value in quotes says what to write then.
     """
 
     def __init__(self, node: FirstOfNode | CycleNode) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import connection
 
 from scheduler_app import clock, schedule_many
 from scheduler_app.db import backend
@@ -95,24 +95,6 @@ def test_a_failing_claim_leaves_the_outcomes_unrecorded():
         backend().finish_and_claim([succeeded(done)], **arguments)
 
     assert Job.objects.get(pk=done.id).status == Status.RUNNING
-
-
-@pytest.fixture(params=[None, "UTC", "Europe/Paris"], ids=["no TIME_ZONE", "UTC", "Paris"])
-def database_time_zone(request):
-    """The database's TIME_ZONE setting: PostgreSQL's session time zone; on SQLite the
-    zone stored times are written in."""
-    wrapper = connections[DEFAULT_DB_ALIAS]  # not the proxy: its cached properties
-    before = wrapper.settings_dict["TIME_ZONE"]
-
-    def use(name):
-        wrapper.close()
-        wrapper.settings_dict["TIME_ZONE"] = name
-        for cached in ("timezone", "timezone_name"):
-            wrapper.__dict__.pop(cached, None)
-
-    use(request.param)
-    yield request.param
-    use(before)
 
 
 def test_a_claimed_row_carries_the_jobs_times_as_the_orm_reads_them(database_time_zone):

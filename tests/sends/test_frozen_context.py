@@ -88,6 +88,19 @@ def test_the_freeze_records_the_context_types_and_thaw_gives_the_values_back(typ
         assert str(thawed["balance"]) == "12.50"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_frozen_datetime_thaws_to_the_same_instant_whatever_the_database_time_zone(
+    database_time_zone, typed_batch
+):
+    """On SQLite the freeze copies a datetime as stored, in the database's TIME_ZONE."""
+    freeze_audience(typed_batch, now=clock.now())
+
+    typed_batch.refresh_from_db()
+    thawed = thaw_context(typed_batch.context_types, frozen_context_as_text(typed_batch))
+
+    assert thawed["paid_at"] == TYPED["paid_at"]
+
+
 @pytest.mark.django_db
 def test_a_null_stays_none_and_a_batch_frozen_without_types_is_left_as_it_was(make_batch):
     Customer.objects.create(email="bob@example.com", first_name="Bob")

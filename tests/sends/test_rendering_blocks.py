@@ -105,6 +105,9 @@ def test_a_firstof_or_cycle_that_always_renders_fails_when_it_renders_empty(text
     [
         ("Dear {% firstof first_name nickname %},", "Nan", "Dear Nan,"),
         ('Dear {% firstof first_name "there" %},', "", "Dear there,"),
+        ("Dear {% firstof first_name '' %}!", "", "Dear !"),
+        ("Dear {% firstof first_name|default:'' %}!", "", "Dear !"),
+        ("{% cycle 'odd' '' as row %}{% cycle row %}", "", "odd"),
         ("{% if nickname %}Dear {% firstof first_name %},{% endif %}Hello", "", "Hello"),
         ("{% firstof first_name as name %}Dear {{ name|default:'you' }},", "", "Dear you,"),
     ],
