@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any
 
 from django.core.validators import RegexValidator
+from django.db import connection
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
@@ -82,20 +83,26 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+#: The earliest and latest times a filter stands for: a day inside the range, so that
+#: every time zone can hold them (SQLite stores times in the database's TIME_ZONE).
+EARLIEST = dt.datetime.min.replace(tzinfo=dt.UTC) + dt.timedelta(days=1)
+LATEST = dt.datetime.max.replace(tzinfo=dt.UTC) - dt.timedelta(days=1)
+
+
 class FilterDateTimeField(serializers.DateTimeField):
     """A time to filter by; any date-time the schema allows is one.
 
-    A time UTC cannot hold (year 1 at +05:00, year 9999 at -05:00) lies before or
-    after every stored time, so it filters as the earliest or latest UTC time.
+    A time UTC or the database's time zone cannot hold (year 1 at +05:00, year 9999 at
+    -05:00) lies before or after every stored time, so it filters as EARLIEST or LATEST.
     """
 
     def enforce_timezone(self, value: dt.datetime) -> dt.datetime:
         if timezone.is_aware(value):
             try:
                 value.astimezone(dt.UTC)
+                value.astimezone(connection.timezone or dt.UTC)
             except OverflowError:
-                edge = dt.datetime.min if value.year == dt.MINYEAR else dt.datetime.max
-                return edge.replace(tzinfo=dt.UTC)
+                return EARLIEST if value.year == dt.MINYEAR else LATEST
         return super().enforce_timezone(value)
 
 

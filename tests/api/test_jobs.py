@@ -133,6 +133,29 @@ def test_list_filters_by_creation_and_scheduled_time(api, ada, make_job):
     assert listed({"scheduled_before": "9999-12-31T23:00:00-05:00"}) == everything
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "query",
+    [
+        "scheduled_before=9999-12-31T23:00:00-05:00",
+        "scheduled_before=9999-12-31T23:30:00Z",
+        "created_after=0001-01-01T00:00:00%2B05:00",
+        "created_after=0001-01-01T00:30:00Z",
+    ],
+)
+def test_the_earliest_and_latest_times_filter_whatever_the_database_time_zone(
+    database_time_zone, api, ada, make_job, query
+):
+    """On SQLite, Django writes a time in the database's TIME_ZONE: the edges must fit
+    there too (9999-12-31 23:30 UTC is past the last time Paris can hold)."""
+    job = make_job(ada)
+
+    response = api.get("/api/jobs/?" + query)
+
+    assert response.status_code == 200, response.content
+    assert ids(response) == [job.pk]
+
+
 @pytest.mark.parametrize(
     "query",
     [
