@@ -285,8 +285,9 @@ def _recipient_of(event: Feedback) -> Recipient | None:
         if found:
             return found
     message_id = event.message_id.strip()
-    if message_id:
-        ids = {message_id, message_id.strip("<>"), "<%s>" % message_id.strip("<>")}
+    bare = message_id.strip("<>").strip()
+    if bare:  # "<>" is no message id: it would match every recipient that has none
+        ids = {message_id, bare, "<%s>" % bare}
         return Recipient.objects.filter(provider_message_id__in=ids).order_by("-pk").first()
     return None
 

@@ -16,7 +16,7 @@ from django.test import override_settings
 from scheduler_app import clock
 from scheduler_app.alerts import evaluate
 from scheduler_app.clock import frozen_clock
-from scheduler_app.models import Alert, FeedbackEvent, SendBatch, Suppression
+from scheduler_app.models import Alert, FeedbackEvent, Recipient, SendBatch, Suppression
 from scheduler_app.sends.dry_run import dry_run
 from tests.sends.helpers import recipient, run_lane_now
 from tests.settings import SCHEDULER_APP
@@ -112,6 +112,20 @@ def test_an_event_is_tied_back_by_the_provider_message_id(sent_batch):
         "ann@example.com",
     )
     assert Suppression.objects.get().address == "ann@example.com"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("message_id", ["<>", "< >", "<<>>"])
+def test_an_empty_message_id_ties_the_event_to_no_recipient(sent_batch, message_id):
+    """ "<>" (the null sender of a bounce, say) is no message id: it must not match the
+    recipients that have none (not sent yet, failed, skipped)."""
+    bob = recipient(sent_batch, "bob@example.com")
+    Recipient.objects.filter(pk=bob.pk).update(status="failed", provider_message_id="")
+
+    anymail_event("bounced", event_id="ev-10", message_id=message_id, recipient="zed@example.com")
+
+    event = FeedbackEvent.objects.get()
+    assert (event.recipient_id, event.batch_id) == (None, None)
 
 
 @pytest.mark.django_db
