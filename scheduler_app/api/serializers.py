@@ -6,13 +6,13 @@ import datetime as dt
 from typing import Any
 
 from django.core.validators import RegexValidator
-from django.db import connection
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from scheduler_app.cancellation import CancelOutcome
+from scheduler_app.db import stored_time_zone
 from scheduler_app.models import Job, SendBatch, Suppression
 from scheduler_app.sends.batches import batch_progress
 
@@ -100,7 +100,7 @@ class FilterDateTimeField(serializers.DateTimeField):
         if timezone.is_aware(value):
             try:
                 value.astimezone(dt.UTC)
-                value.astimezone(connection.timezone or dt.UTC)
+                value.astimezone(stored_time_zone())  # how SQLite stores it
             except OverflowError:
                 return EARLIEST if value.year == dt.MINYEAR else LATEST
         return super().enforce_timezone(value)

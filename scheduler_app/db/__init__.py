@@ -77,6 +77,12 @@ def database_now(offset: dt.timedelta = dt.timedelta(0)) -> dt.datetime:
     return backend().read_now(offset)
 
 
+def stored_time_zone() -> dt.tzinfo:
+    """Return the zone a database without time zones (SQLite) stores times in, naive:
+    DATABASES' TIME_ZONE, else UTC (as Django writes and reads them)."""
+    return connection.timezone or dt.UTC
+
+
 def notify_jobs_scheduled(jobs: Iterable[Job], *, now: dt.datetime) -> None:
     """Tell idle workers (PostgreSQL only) which queues got jobs, and from when.
 

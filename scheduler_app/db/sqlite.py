@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from django.db import connection, models, transaction
 
 from scheduler_app import clock
-from scheduler_app.db import job_state_columns
+from scheduler_app.db import job_state_columns, stored_time_zone
 from scheduler_app.models import Job, JobAttempt
 
 JOB = Job._meta.db_table
@@ -218,13 +218,13 @@ def _convert(row: tuple) -> tuple:
 
 
 def _parse_datetime(value: str | dt.datetime | None) -> dt.datetime | None:
-    # Stored naive, in the connection's time zone (UTC unless DATABASES sets TIME_ZONE),
-    # as Django writes and reads them; its sqlite3 converters may already have parsed it.
+    # Stored naive, in stored_time_zone(); Django's sqlite3 converters may already have
+    # parsed it.
     if value is None:
         return None
     if isinstance(value, str):
         value = dt.datetime.fromisoformat(value)
-    return value.replace(tzinfo=connection.timezone or dt.UTC)
+    return value.replace(tzinfo=stored_time_zone())
 
 
 RECIPIENT = "scheduler_app_recipient"

@@ -21,7 +21,6 @@ to the dry-run alike.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import decimal
 import functools
 import json
@@ -37,6 +36,7 @@ from django.db.models.functions import Cast, JSONObject
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime, parse_time
 
+from scheduler_app.db import stored_time_zone
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.sends.rendering import RenderError
 
@@ -149,10 +149,9 @@ def _thaw_value(name: str, kind: str, value: Any) -> Any:
             thawed = parse_date(value)
         elif kind == "datetime":
             thawed = parse_datetime(value)
-            # SQLite stores datetimes without an offset, in the database's TIME_ZONE (UTC
-            # unless DATABASES sets one), and the freeze copies them as stored.
+            # SQLite stores datetimes without an offset, and the freeze copies them as stored.
             if thawed is not None and settings.USE_TZ and timezone.is_naive(thawed):
-                thawed = thawed.replace(tzinfo=connection.timezone or dt.UTC)
+                thawed = thawed.replace(tzinfo=stored_time_zone())
         elif kind == "time":
             thawed = parse_time(value)
         elif kind == "decimal":

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.template import Context, Engine, Template, TemplateSyntaxError
-from django.template.base import Node, VariableNode, render_value_in_context
+from django.template.base import FilterExpression, Node, VariableNode, render_value_in_context
 from django.template.defaulttags import CycleNode, FirstOfNode, ForNode, IfChangedNode, IfNode
 
 from scheduler_app.exceptions import SchedulerError
@@ -153,9 +153,14 @@ def _may_write_nothing(node: FirstOfNode | CycleNode) -> bool:
         writes, values = not node.silent, node.cyclevars
     return writes and not any(
         isinstance(value.var, str)  # a literal: the parser resolved it already
-        or any(func.__name__ in EMPTY_OK_FILTERS for func, _ in value.filters)
+        or _says_what_empty_means(value)
         for value in values
     )
+
+
+def _says_what_empty_means(expression: FilterExpression) -> bool:
+    """Return whether ``expression`` has a ``default`` or ``default_if_none`` filter."""
+    return any(func.__name__ in EMPTY_OK_FILTERS for func, _ in expression.filters)
 
 
 class _Empty(Exception):
@@ -179,9 +184,7 @@ class _StrictVariableNode(VariableNode):
         super().__init__(node.filter_expression)
         self.token = getattr(node, "token", None)
         self.origin = getattr(node, "origin", None)
-        self.empty_ok = any(
-            func.__name__ in EMPTY_OK_FILTERS for func, _ in node.filter_expression.filters
-        )
+        self.empty_ok = _says_what_empty_means(node.filter_expression)
 
     def render(self, context: Context) -> str:
         value = self.filter_expression.resolve(context)
