@@ -160,3 +160,40 @@ def test_outcomes_with_and_without_an_attempt_row_are_recorded_whole_in_one_batc
         second.started_at,
         retried.finished_at,
     )
+
+
+def test_outcomes_are_reported_when_there_is_nothing_left_to_claim():
+    """A turn that records outcomes and finds nothing due still reports what it recorded."""
+    schedule_many("tests.record", [{}] * 2)
+    jobs = claim(2)
+
+    accepted, rows = backend().finish_and_claim(
+        [succeeded(job) for job in jobs], **claim_arguments(10)
+    )
+
+    assert (accepted, rows) == ({job.id for job in jobs}, [])
+    assert Job.objects.filter(status=Status.SUCCEEDED).count() == 2
+
+
+def test_a_job_a_retry_makes_due_now_can_be_claimed_again_in_the_same_turn():
+    """The claim sees what the finish wrote in the same transaction: a job put back to
+    pending and due now can be taken again at once. (Finish and claim as one statement
+    would not: its parts share one snapshot.)"""
+    schedule_many("tests.record", [{}] * 2)
+    first, second = claim(2)
+    retried = Finish(
+        job=second,
+        status="pending",
+        outcome="retried",
+        finished_at=clock.now(),
+        run_at=clock.now() - dt.timedelta(seconds=1),
+        error="try again now",
+    )
+
+    accepted, rows = backend().finish_and_claim(
+        [succeeded(first), retried.as_row()], **claim_arguments(10)
+    )
+
+    assert accepted == {first.id, second.id}
+    assert [row[0] for row in rows] == [second.id]
+    assert Job.objects.get(pk=second.id).status == Status.RUNNING
