@@ -4,9 +4,11 @@ one round trip and one transaction (issue #14, decision 3)."""
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pytest
 from django.db import connection
+from psycopg import pq
 
 from scheduler_app import clock, schedule_many
 from scheduler_app.db import backend
@@ -83,6 +85,33 @@ def test_finish_and_claim_commit_together_in_one_transaction():
         xmins = dict(cursor.fetchall())
     assert accepted == {done.id}
     assert xmins[done.id] == xmins[row[0]]  # written by the same transaction
+
+
+@pytest.mark.postgres_only
+def test_finish_and_claim_wait_for_the_server_once(tmp_path):
+    """One round trip per turn: the statements and the sync that commits them go out
+    together, then the results come back. Reading the results inside psycopg's pipeline
+    block waited for them first, then once more for the commit at the block's end."""
+    schedule_many("tests.record", [{}] * 4)
+    done = claim(2)
+    raw = connection.connection
+    protocol = tmp_path / "protocol.txt"
+    with protocol.open("w") as trace:
+        raw.pgconn.trace(trace.fileno())
+        raw.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        try:
+            accepted, rows = backend().finish_and_claim(
+                [succeeded(job) for job in done], **claim_arguments(2)
+            )
+        finally:
+            raw.pgconn.untrace()
+
+    assert (accepted, len(rows)) == ({job.id for job in done}, 2)
+    # Each message is a line that starts with who sent it: F (us) or B (the server).
+    lines = protocol.read_text().splitlines()
+    senders = [line[0] for line in lines if line[:2] in ("F\t", "B\t")]
+    waits = sum(1 for pair in itertools.pairwise(senders) if pair == ("F", "B"))
+    assert waits == 1, senders
 
 
 @pytest.mark.postgres_only
