@@ -51,6 +51,11 @@ DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_turn"
 LEASE = dt.timedelta(seconds=30)
 
 
+def claim_arguments(batch: int) -> dict:
+    """The keyword arguments, but ``now``, of this benchmark's claims of ``batch`` jobs."""
+    return {"worker": "bench", "queues": ["default"], "limit": batch, "lease": LEASE}
+
+
 def succeeded(rows: list[tuple], now: dt.datetime) -> list[tuple]:
     """The finish rows of claimed ``rows`` that all succeeded at ``now``."""
     from scheduler_app.worker.execution import ClaimedJob, Finish
@@ -77,7 +82,7 @@ def run_round(jobs: int, batch: int) -> dict[str, float]:
         schedule_many("tests.noop", [None] * min(5000, jobs - start))
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE %s" % pg.JOB)
-    arguments = {"worker": "bench", "queues": ["default"], "limit": batch, "lease": LEASE}
+    arguments = claim_arguments(batch)
     rows = pg.claim_jobs(now=clock.now(), **arguments)
     backend = connection.connection.info.backend_pid
     done = 0
@@ -105,7 +110,7 @@ def waits_per_turn(batch: int) -> int:
     from scheduler_app.db import postgresql as pg
 
     schedule_many("tests.noop", [None] * (2 * batch))
-    arguments = {"worker": "bench", "queues": ["default"], "limit": batch, "lease": LEASE}
+    arguments = claim_arguments(batch)
     now = clock.now()
     finishes = succeeded(pg.claim_jobs(now=now, **arguments), now)
     raw = connection.connection

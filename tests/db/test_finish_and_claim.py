@@ -33,6 +33,18 @@ def succeeded(job: ClaimedJob) -> tuple:
     ).as_row()
 
 
+def retried(job: ClaimedJob, *, run_at: dt.datetime, error: str) -> Finish:
+    """The outcome of an attempt that failed and is to run again at ``run_at``."""
+    return Finish(
+        job=job,
+        status="pending",
+        outcome="retried",
+        finished_at=clock.now(),
+        run_at=run_at,
+        error=error,
+    )
+
+
 def claim_arguments(limit: int) -> dict:
     return {
         "worker": "w",
@@ -148,17 +160,10 @@ def test_outcomes_with_and_without_an_attempt_row_are_recorded_whole_in_one_batc
     history columns of a first success): both kinds together still record every column."""
     schedule_many("tests.record", [{}] * 2)
     first, second = claim(2)
-    retried = Finish(
-        job=second,
-        status="pending",
-        outcome="retried",
-        finished_at=clock.now(),
-        run_at=clock.now() + dt.timedelta(minutes=5),
-        error="boom",
-    )
+    retry = retried(second, run_at=clock.now() + dt.timedelta(minutes=5), error="boom")
 
     accepted, _ = backend().finish_and_claim(
-        [succeeded(first), retried.as_row()], **claim_arguments(0)
+        [succeeded(first), retry.as_row()], **claim_arguments(0)
     )
 
     assert accepted == {first.id, second.id}
@@ -173,7 +178,7 @@ def test_outcomes_with_and_without_an_attempt_row_are_recorded_whole_in_one_batc
     again = Job.objects.get(pk=second.id)
     assert (again.status, again.run_at, again.last_error) == (
         Status.PENDING,
-        retried.run_at,
+        retry.run_at,
         "boom",
     )
     [row] = again.recorded_attempts.all()
@@ -187,7 +192,7 @@ def test_outcomes_with_and_without_an_attempt_row_are_recorded_whole_in_one_batc
     assert (row.due_at, row.started_at, row.finished_at) == (
         second.due_at,
         second.started_at,
-        retried.finished_at,
+        retry.finished_at,
     )
 
 
@@ -210,17 +215,10 @@ def test_a_job_a_retry_makes_due_now_can_be_claimed_again_in_the_same_turn():
     would not: its parts share one snapshot.)"""
     schedule_many("tests.record", [{}] * 2)
     first, second = claim(2)
-    retried = Finish(
-        job=second,
-        status="pending",
-        outcome="retried",
-        finished_at=clock.now(),
-        run_at=clock.now() - dt.timedelta(seconds=1),
-        error="try again now",
-    )
+    now_due = retried(second, run_at=clock.now() - dt.timedelta(seconds=1), error="try again now")
 
     accepted, rows = backend().finish_and_claim(
-        [succeeded(first), retried.as_row()], **claim_arguments(10)
+        [succeeded(first), now_due.as_row()], **claim_arguments(10)
     )
 
     assert accepted == {first.id, second.id}
