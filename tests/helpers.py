@@ -19,6 +19,26 @@ from scheduler_app.worker.loop import Worker, WorkerOptions
 REPO = Path(__file__).resolve().parent.parent
 
 
+def indexes_covering(table: str, pk: int) -> set[str]:
+    """Return the indexes of ``table`` (PostgreSQL) whose predicate admits the row ``pk``:
+    the ones a write of that row version adds an entry to."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexrelid::regclass::text, pg_get_expr(indpred, indrelid) FROM pg_index "
+            "WHERE indrelid = %s::regclass",
+            [table],
+        )
+        covering = set()
+        for name, predicate in cursor.fetchall():
+            cursor.execute(
+                "SELECT count(*) FROM %s WHERE id = %%s AND (%s)" % (table, predicate or "true"),
+                [pk],
+            )
+            if cursor.fetchone()[0]:
+                covering.add(name)
+        return covering
+
+
 def wait_until(
     predicate: Callable[[], Any],
     *,

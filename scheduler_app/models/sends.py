@@ -164,6 +164,13 @@ class Recipient(models.Model):
                 name="scheduler_recipient_due",
             ),
             models.Index(fields=["address"], name="scheduler_recipient_address"),
+            # Ties a provider's bounce or complaint back by its message id. Partial: a
+            # recipient gets one when it is sent, so the freeze writes no entry here.
+            models.Index(
+                fields=["provider_message_id"],
+                condition=~Q(provider_message_id=""),
+                name="scheduler_recipient_message",
+            ),
         ]
 
     def __str__(self) -> str:

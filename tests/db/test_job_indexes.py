@@ -15,28 +15,9 @@ from django.db import connection
 
 from scheduler_app import clock
 from scheduler_app.models import Job
-from tests.helpers import REPO, database_url
+from tests.helpers import REPO, database_url, indexes_covering
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
-
-
-def _indexes_covering(job_id: int) -> set[str]:
-    """Return the job table's indexes whose predicate admits the row ``job_id``."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT indexrelid::regclass::text, pg_get_expr(indpred, indrelid) FROM pg_index "
-            "WHERE indrelid = 'scheduler_app_job'::regclass"
-        )
-        covering = set()
-        for name, predicate in cursor.fetchall():
-            cursor.execute(
-                "SELECT count(*) FROM scheduler_app_job WHERE id = %%s AND (%s)"
-                % (predicate or "true"),
-                [job_id],
-            )
-            if cursor.fetchone()[0]:
-                covering.add(name)
-        return covering
 
 
 def test_a_claimed_job_is_in_only_the_indexes_a_running_job_needs():
@@ -51,7 +32,7 @@ def test_a_claimed_job_is_in_only_the_indexes_a_running_job_needs():
         attempts=1,
     )
 
-    assert _indexes_covering(job.pk) == {
+    assert indexes_covering("scheduler_app_job", job.pk) == {
         "scheduler_app_job_pkey",
         "scheduler_job_leases",  # lease renewal and rescue
         "scheduler_job_unique_key_unfinished",  # the unique key of unfinished jobs
@@ -70,7 +51,7 @@ def test_a_succeeded_job_is_in_only_the_indexes_finished_jobs_need():
         attempts=1,
     )
 
-    assert _indexes_covering(job.pk) == {
+    assert indexes_covering("scheduler_app_job", job.pk) == {
         "scheduler_app_job_pkey",
         "scheduler_job_prunable",  # retention, the failing alert
         "scheduler_job_task_outcomes",  # the absent and suspicious-success alerts
