@@ -16,7 +16,8 @@ ANALYZEs, and then records and claims them CONCURRENCY (18) at a time through
 ``scheduler_app.db.postgresql.finish_and_claim`` (as bench/turn.py does), paced at
 BENCH_RATE (1000) jobs/s. Every BENCH_WINDOW (30000) jobs it reports the turn's time
 per job, the claim index's blocks read per turn, the autovacuums of the job table so
-far and its dead rows.
+far and its dead rows; after the drain, how long one VACUUM of the job table takes with
+that configuration's settings.
 
 Environment: BENCH_FINISHED, BENCH_JOBS, BENCH_RATE, BENCH_WINDOW, BENCH_DATABASE_URL,
 BENCH_RESULTS (default bench/results-worker.md), BENCH_REVISION. The last stdout line is
@@ -27,6 +28,7 @@ over the windows of the claim index's blocks per turn and the turn's time per jo
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import os
 import statistics
 import subprocess
@@ -109,10 +111,10 @@ def drain(configuration: str, url: str) -> None:
     from scheduler_app.db import postgresql as pg
 
     if configuration == "postgres":
+        migration = importlib.import_module("scheduler_app.migrations.0018_job_table_autovacuum")
         with connection.cursor() as cursor:
             cursor.execute(
-                "ALTER TABLE scheduler_app_job "
-                "RESET (autovacuum_vacuum_scale_factor, autovacuum_vacuum_threshold)"
+                "ALTER TABLE scheduler_app_job RESET (%s)" % ", ".join(migration.AUTOVACUUM)
             )
     jobs, rate = env_int("BENCH_JOBS", 300_000), env_int("BENCH_RATE", 1000)
     window = env_int("BENCH_WINDOW", 30_000)
@@ -154,6 +156,10 @@ def drain(configuration: str, url: str) -> None:
                 flush=True,
             )
             blocks0, busy, turns, window_jobs = blocks, 0.0, 0, 0
+    began = time.perf_counter()
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM scheduler_app_job")  # with the table's own settings
+    print("vacuum %.2f" % (time.perf_counter() - began), flush=True)
 
 
 def database_url(url: str, configuration: str) -> str:
@@ -179,6 +185,7 @@ def main() -> None:
         for name in CONFIGURATIONS
     }
     windows: dict[str, list[list[float]]] = {}
+    vacuums: dict[str, str] = {}
     for name, child in children.items():
         out, _ = child.communicate()
         if child.returncode:
@@ -188,11 +195,14 @@ def main() -> None:
             for line in out.splitlines()
             if line.startswith("window ")
         ]
+        vacuums[name] = next(
+            (line.split()[1] for line in out.splitlines() if line.startswith("vacuum ")), "?"
+        )
     table = "\n".join(
         "| %s | %.0f s, %d jobs | %.0f µs, %.0f blocks, %d vacuums, %d dead "
         "| %.0f µs, %.0f blocks, %d vacuums, %d dead |"
         % (n + 1, app[0], app[1], *app[2:], *other[2:])
-        for n, (app, other) in enumerate(zip(windows["app"], windows["postgres"], strict=False))
+        for n, (app, other) in enumerate(zip(windows["app"], windows["postgres"], strict=True))
     )
     summary = {
         "%s_%s" % (name, measure): statistics.mean(w[column] for w in windows[name])
@@ -205,7 +215,8 @@ def main() -> None:
         "Per window: the turn's time per job, the claim index's blocks read per turn, the job "
         "table's autovacuums so far and its dead rows.\n\n"
         "| window | at | migration 0018's autovacuum settings | PostgreSQL's defaults |\n"
-        "|---|---|---|---|\n%s\n\nFinal line: `%s`\n"
+        "|---|---|---|---|\n%s\n| then | one VACUUM of the job table, its own settings "
+        "| %s s | %s s |\n\nFinal line: `%s`\n"
         % (
             dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             env_int("BENCH_FINISHED", 1_000_000),
@@ -214,6 +225,8 @@ def main() -> None:
             env_int("BENCH_WINDOW", 30_000),
             machine_line(machine),
             table,
+            vacuums["app"],
+            vacuums["postgres"],
             final,
         )
     )

@@ -70,6 +70,35 @@ def database_url() -> str:
     )
 
 
+@contextlib.contextmanager
+def scratch_database(suffix: str) -> Iterator[str]:
+    """Yield the URL of a new, empty PostgreSQL database beside the test database, for
+    migrations run from a subprocess (see migrate_database); drop it afterwards."""
+    import psycopg
+
+    name = "%s_%s" % (connection.settings_dict["NAME"], suffix)
+    base = database_url().rsplit("/", 1)[0].replace("postgres://", "postgresql://")
+    with psycopg.connect(base + "/postgres", autocommit=True) as admin:
+        admin.execute('DROP DATABASE IF EXISTS "%s"' % name)
+        admin.execute('CREATE DATABASE "%s"' % name)
+    try:
+        yield "%s/%s" % (base, name)
+    finally:
+        with psycopg.connect(base + "/postgres", autocommit=True) as admin:
+            admin.execute('DROP DATABASE IF EXISTS "%s"' % name)
+
+
+def migrate_database(url: str, *target: str) -> None:
+    """Run ``manage.py migrate [target...]`` with tests.settings against the database ``url``."""
+    subprocess.run(
+        [sys.executable, "-m", "django", "migrate", "--settings=tests.settings", *target],
+        cwd=REPO,
+        env={**os.environ, "DATABASE_URL": url},
+        check=True,
+        capture_output=True,
+    )
+
+
 def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """Start ``manage.py runworker`` against the test database, its output piped."""
     return subprocess.Popen(

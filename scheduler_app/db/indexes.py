@@ -24,10 +24,30 @@ def _concurrently(
     model = state.apps.get_model(app_label, operation.model_name)
     if operation.allow_migrate_model(schema_editor.connection.alias, model):
         if build:
+            _drop_if_invalid(schema_editor, index.name)
             schema_editor.add_index(model, index, concurrently=True)
         else:
             schema_editor.remove_index(model, index, concurrently=True)
     return True
+
+
+def _drop_if_invalid(schema_editor: Any, name: str) -> None:
+    """Drop the index ``name`` if an interrupted concurrent build left it INVALID.
+
+    A ``CREATE INDEX CONCURRENTLY`` that fails or is cancelled (a statement timeout,
+    a deploy that kills ``migrate``) leaves the index behind, unusable, and the
+    migration unapplied: running ``migrate`` again would fail with "already exists".
+    PostgreSQL's advice is to drop it and build again.
+    """
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [name]
+        )
+        row = cursor.fetchone()
+    if row is not None and row[0]:
+        schema_editor.execute(
+            "DROP INDEX CONCURRENTLY IF EXISTS %s" % schema_editor.quote_name(name)
+        )
 
 
 class AddIndexConcurrently(migrations.AddIndex):

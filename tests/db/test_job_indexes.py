@@ -5,17 +5,12 @@ forwards and backwards on a database of its own."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import psycopg
 import pytest
-from django.db import connection
 
 from scheduler_app import clock
 from scheduler_app.models import Job
-from tests.helpers import REPO, database_url, indexes_covering
+from tests.helpers import indexes_covering, migrate_database, scratch_database
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
@@ -59,39 +54,20 @@ def test_a_succeeded_job_is_in_only_the_indexes_finished_jobs_need():
 
 
 def test_migration_0016_runs_forwards_and_backwards():
-    scratch = "%s_indexes" % connection.settings_dict["NAME"]
-    url = database_url().rsplit("/", 1)[0] + "/" + scratch
-    admin = database_url().rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin.replace("postgres://", "postgresql://"), autocommit=True) as db:
-        db.execute('DROP DATABASE IF EXISTS "%s"' % scratch)
-        db.execute('CREATE DATABASE "%s"' % scratch)
-
-    def migrate(*target: str) -> None:
-        subprocess.run(
-            [sys.executable, "-m", "django", "migrate", "--settings=tests.settings", *target],
-            cwd=REPO,
-            env={**os.environ, "DATABASE_URL": url},
-            check=True,
-            capture_output=True,
-        )
-
     def indexes() -> set[str]:
-        with psycopg.connect(url.replace("postgres://", "postgresql://")) as db:
+        with psycopg.connect(url) as db:
             rows = db.execute(
                 "SELECT indexname FROM pg_indexes WHERE tablename = 'scheduler_app_job'"
             ).fetchall()
         return {row[0] for row in rows}
 
-    try:
-        migrate()
+    with scratch_database("indexes") as url:
+        migrate_database(url)
         after = indexes()
-        migrate("scheduler_app", "0015")
+        migrate_database(url, "scheduler_app", "0015")
         before = indexes()
-        migrate()
+        migrate_database(url)
         assert indexes() == after
-    finally:
-        with psycopg.connect(admin.replace("postgres://", "postgresql://"), autocommit=True) as db:
-            db.execute('DROP DATABASE IF EXISTS "%s"' % scratch)
 
     assert after - before == {
         "scheduler_job_owned",

@@ -1,0 +1,37 @@
+"""A concurrent index build that was interrupted (a statement timeout, a deploy killing
+``migrate``) leaves an INVALID index and its migration unapplied; running ``migrate``
+again builds it, instead of failing with "already exists"."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from tests.helpers import migrate_database, scratch_database
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
+
+
+def test_migrate_again_builds_an_index_an_interrupted_build_left_invalid():
+    with scratch_database("interrupted") as url:
+        migrate_database(url, "scheduler_app", "0016")
+        with psycopg.connect(url, autocommit=True) as db:
+            # What an interrupted CREATE INDEX CONCURRENTLY of migration 0017 leaves.
+            db.execute(
+                "CREATE INDEX scheduler_recipient_message "
+                "ON scheduler_app_recipient (provider_message_id)"
+            )
+            db.execute(
+                "UPDATE pg_index SET indisvalid = false "
+                "WHERE indexrelid = 'scheduler_recipient_message'::regclass"
+            )
+
+        migrate_database(url)
+
+        with psycopg.connect(url) as db:
+            valid, definition = db.execute(
+                "SELECT indisvalid, pg_get_indexdef(indexrelid) FROM pg_index "
+                "WHERE indexrelid = 'scheduler_recipient_message'::regclass"
+            ).fetchone()
+    assert valid
+    assert "WHERE (NOT ((provider_message_id)::text = ''::text))" in definition  # 0017's
