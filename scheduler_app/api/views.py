@@ -768,6 +768,10 @@ class SchemaView(SpectacularAPIView):
             # The routes are given without the project's prefix; put it back.
             "SCHEMA_PATH_PREFIX": "/",
             "SCHEMA_PATH_PREFIX_INSERT": prefix,
+            "POSTPROCESSING_HOOKS": [
+                "drf_spectacular.hooks.postprocess_schema_enums",
+                "scheduler_app.api.schema_hooks.blank_text_any_of",
+            ],
             **(self.custom_settings or {}),
         }
         return super().get(request, *args, **kwargs)
