@@ -116,6 +116,7 @@ def test_a_blank_optional_text_is_valid_in_the_schema_as_the_api_accepts_it(open
         jsonschema.validate("a\x00b", components["SchedulerMessage"]["properties"]["html"])
 
 
+@pytest.mark.django_db
 def test_schema_is_public_yaml_by_default_and_follows_the_mount_point():
     response = Client().get("/api/schema/")
 
