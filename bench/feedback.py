@@ -44,9 +44,14 @@ from harness import (
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_feedback"
 
 
+#: The provider message id of the bench's ``n``-th recipient (an ESP's form), around ``n``
+#: padded to eight digits; store_sent_batch() builds the same in SQL.
+MESSAGE_ID = ("0100018c-", "-bench@email.example.com")
+
+
 def message_id(n: int) -> str:
-    """The provider message id the bench gives its ``n``-th recipient (an ESP's form)."""
-    return "0100018c-%08d-bench@email.example.com" % n
+    """The provider message id the bench gives its ``n``-th recipient."""
+    return "%s%08d%s" % (MESSAGE_ID[0], n, MESSAGE_ID[1])
 
 
 def store_sent_batch(recipients: int) -> int:
@@ -72,9 +77,9 @@ def store_sent_batch(recipients: int) -> int:
             "INSERT INTO %s (batch_id, recipient_key, address, timezone, context, is_seed, "
             "status, attempts, sent_at, claimed_by, provider_message_id, last_error) "
             "SELECT %%s, n::text, 'customer' || n || '@example.com', '', '{}', false, 'sent', "
-            "1, now(), '', '0100018c-' || lpad(n::text, 8, '0') || '-bench@email.example.com', "
-            "'' FROM generate_series(1, %%s) AS n" % Recipient._meta.db_table,
-            [batch.pk, recipients],
+            "1, now(), '', %%s || lpad(n::text, 8, '0') || %%s, '' "
+            "FROM generate_series(1, %%s) AS n" % Recipient._meta.db_table,
+            [batch.pk, *MESSAGE_ID, recipients],
         )
         cursor.execute("VACUUM ANALYZE %s" % Recipient._meta.db_table)
     return batch.pk
@@ -96,9 +101,7 @@ def record_bounces(recipients: int, events: int) -> dict:
     from scheduler_app.feedback.suppressions import Feedback, record_event
 
     connection.ensure_connection()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = cursor.fetchone()[0]
+    backend = connection.connection.info.backend_pid
     picks = random.Random(14).sample(range(1, recipients + 1), events)
     latencies = []
     cpu0 = process_cpu(backend)

@@ -48,37 +48,11 @@ from harness import (
     setup_django,
 )
 from turn import succeeded
+from worker_scale import fill_history
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_sustained"
 CONFIGURATIONS = ("app", "postgres")
 LEASE = dt.timedelta(seconds=60)
-
-
-def fill(finished: int, due: int) -> None:
-    """Store ``finished`` succeeded jobs and ``due`` pending ones, due in claim order."""
-    from django.db import connection
-
-    columns = (
-        "task_name, queue, priority, payload, payload_version, status, scheduled_for, run_at, "
-        "attempts, max_attempts, worker_id, lease_token, started_at, finished_at, last_error, "
-        "created_at"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO scheduler_app_job (%s) SELECT 'tests.noop', 'default', 0, 'null', 1, "
-            "'succeeded', now() - interval '1 day', now() - interval '1 day', 1, 3, 'history', "
-            "1, now() - interval '1 day', now() - interval '1 day', '', now() - interval '1 day' "
-            "FROM generate_series(1, %%s)" % columns,
-            [finished],
-        )
-        cursor.execute(
-            "INSERT INTO scheduler_app_job (%s) SELECT 'tests.noop', 'default', 0, 'null', 1, "
-            "'pending', now() - interval '1 hour' + n * interval '1 ms', "
-            "now() - interval '1 hour' + n * interval '1 ms', 0, 3, '', 0, NULL, NULL, '', now() "
-            "FROM generate_series(1, %%s) AS n" % columns,
-            [due],
-        )
-        cursor.execute("VACUUM ANALYZE scheduler_app_job")
 
 
 def table_counters() -> tuple[int, int, int]:
@@ -118,7 +92,7 @@ def drain(configuration: str, url: str) -> None:
             )
     jobs, rate = env_int("BENCH_JOBS", 300_000), env_int("BENCH_RATE", 1000)
     window = env_int("BENCH_WINDOW", 30_000)
-    fill(env_int("BENCH_FINISHED", 1_000_000), jobs)
+    fill_history(env_int("BENCH_FINISHED", 1_000_000), jobs, due=-dt.timedelta(hours=1))
     arguments = {
         "worker": "bench",
         "queues": ["default"],

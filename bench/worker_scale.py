@@ -133,8 +133,9 @@ def claim_latency_ms(limit: int) -> float:
     return statistics.median(times)
 
 
-def fill_history(finished: int, pending: int) -> None:
-    """Add ``finished`` succeeded jobs and ``pending`` jobs due in a day; vacuum, analyse."""
+def fill_history(finished: int, pending: int, *, due: dt.timedelta = dt.timedelta(days=1)) -> None:
+    """Add ``finished`` succeeded jobs and ``pending`` jobs due ``due`` from now (a day);
+    vacuum, analyse."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -151,9 +152,9 @@ def fill_history(finished: int, pending: int) -> None:
             "INSERT INTO scheduler_app_job (task_name, queue, priority, payload, payload_version, "
             "status, scheduled_for, run_at, attempts, max_attempts, worker_id, lease_token, "
             "last_error, created_at) "
-            "SELECT 'tests.noop', 'default', 0, 'null', 1, 'pending', now() + interval '1 day', "
-            "now() + interval '1 day', 0, 3, '', 0, '', now() FROM generate_series(1, %s)",
-            [pending],
+            "SELECT 'tests.noop', 'default', 0, 'null', 1, 'pending', now() + %s, now() + %s, "
+            "0, 3, '', 0, '', now() FROM generate_series(1, %s)",
+            [due, due, pending],
         )
         cursor.execute("VACUUM ANALYZE scheduler_app_job")
 
