@@ -55,7 +55,6 @@ PRUNE_SCHEDULE_NAME = "scheduler-prune"
 #: A dry-run report's file name (the storage may add a suffix to make it unique).
 REPORT_NAME = re.compile(r"batch-(?P<batch>\d+)-(?P<at>\d{8}T\d{6}Z)(_\w+)?\.txt")
 
-FINISHED_JOB = (Job.Status.SUCCEEDED, Job.Status.FAILED, Job.Status.CANCELLED)
 FINISHED_BATCH = (SendBatch.Status.COMPLETED, SendBatch.Status.CANCELLED, SendBatch.Status.FAILED)
 GONE_WORKER = (WorkerHeartbeat.Status.STOPPED, WorkerHeartbeat.Status.LOST)
 
@@ -81,7 +80,7 @@ class Kind:
 
 def finished_jobs(cutoff: dt.datetime) -> QuerySet:
     """Return jobs that succeeded, failed or were cancelled before ``cutoff``."""
-    return Job.objects.filter(status__in=FINISHED_JOB, finished_at__lt=cutoff)
+    return Job.objects.filter(status__in=Job.FINISHED, finished_at__lt=cutoff)
 
 
 def finished_batches(cutoff: dt.datetime) -> QuerySet:
@@ -98,7 +97,7 @@ def finished_batches(cutoff: dt.datetime) -> QuerySet:
 def _old_occurrences(cutoff: dt.datetime) -> QuerySet:
     # An occurrence whose job is unfinished stays: the overlap policy looks for it.
     return ScheduleOccurrence.objects.filter(occurrence_at__lt=cutoff).filter(
-        Q(job=None) | Q(job__status__in=FINISHED_JOB)
+        Q(job=None) | Q(job__status__in=Job.FINISHED)
     )
 
 

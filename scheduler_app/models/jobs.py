@@ -12,6 +12,9 @@ from django.utils.translation import gettext_lazy as _
 from scheduler_app import clock
 from scheduler_app.db import DatabaseNow
 
+#: How the unique key of a job a schedule enqueued begins (schedules.enqueuer.occurrence_key).
+OCCURRENCE_KEY_PREFIX = "schedule:"
+
 
 class JobQuerySet(models.QuerySet["Job"]):
     def pending(self) -> JobQuerySet:
@@ -91,6 +94,7 @@ class Job(models.Model):
         CANCELLED = "cancelled", _("cancelled")
 
     UNFINISHED = (Status.PENDING, Status.RUNNING)
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
     task_name = models.CharField(max_length=200)
     queue = models.CharField(max_length=100, default="default")
@@ -198,6 +202,18 @@ class Job(models.Model):
                 fields=["cancelled_by"],
                 condition=Q(cancelled_by__isnull=False),
                 name="scheduler_job_cancelled_by",
+            ),
+            # A schedule's runs that are pending or running (its overlap check, and a
+            # fixed-delay schedule's wait for its run to end, every scheduler tick): only
+            # jobs a schedule enqueued, whose unique key is their occurrence's, and only
+            # while unfinished, so it stays a few entries whatever the history.
+            models.Index(
+                fields=["id"],
+                condition=Q(
+                    status__in=["pending", "running"],
+                    unique_key__startswith=OCCURRENCE_KEY_PREFIX,
+                ),
+                name="scheduler_job_runs_unfinished",
             ),
             # The pruner's query: finished jobs oldest first, read straight from the index.
             models.Index(

@@ -20,6 +20,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from scheduler_app import clock
 from scheduler_app.exceptions import SchedulerError
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
+from scheduler_app.models.jobs import OCCURRENCE_KEY_PREFIX
 from scheduler_app.schedules.policy import decide
 from scheduler_app.schedules.recurrence import fixed_jitter, occurrences_after
 from scheduler_app.scheduling import JobRequest, schedule_many
@@ -29,6 +30,8 @@ logger = logging.getLogger("scheduler_app.schedules")
 #: At most this many occurrences are looked at per schedule and tick; a
 #: longer backlog is worked through over the following ticks.
 MAX_OCCURRENCES_PER_TICK = 1000
+#: Job ids per ``IN (...)`` list: SQLite allows a few thousand parameters per query.
+IN_LIST_SIZE = 500
 
 
 def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
@@ -59,7 +62,11 @@ def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
 
 def occurrence_key(schedule: Schedule, occurrence: dt.datetime) -> str:
     """Return the unique key of an occurrence's job."""
-    return "schedule:%s:%s" % (schedule.name, occurrence.astimezone(dt.UTC).isoformat())
+    return "%s%s:%s" % (
+        OCCURRENCE_KEY_PREFIX,
+        schedule.name,
+        occurrence.astimezone(dt.UTC).isoformat(),
+    )
 
 
 def _tick(schedule: Schedule, now: dt.datetime) -> int:
@@ -84,13 +91,7 @@ def _tick_fixed_delay(schedule: Schedule, cursor: dt.datetime | None, now: dt.da
     if cursor is None:
         if _previous_unfinished(schedule):
             return 0  # the next run is due an interval after this one ends
-        last_end = (
-            Job.objects.filter(schedule_occurrences__schedule=schedule)
-            .exclude(finished_at=None)
-            .order_by("-finished_at")
-            .values_list("finished_at", flat=True)
-            .first()
-        )
+        last_end = _last_end(schedule)
         last_occurrence = (
             ScheduleOccurrence.objects.filter(schedule=schedule)
             .order_by("-occurrence_at")
@@ -195,7 +196,49 @@ def _move_cursor(
 
 
 def _previous_unfinished(schedule: Schedule) -> bool:
-    return Job.objects.unfinished().filter(schedule_occurrences__schedule=schedule).exists()
+    """Whether a run of ``schedule`` is pending or running, however old its occurrence.
+
+    Two reads, the small set first: every schedule's unfinished runs (a partial index
+    of a few entries), then which of them are this schedule's. As one join, the planner
+    may walk every occurrence the schedule has kept instead.
+    """
+    unfinished = list(
+        Job.objects.unfinished()
+        .filter(unique_key__startswith=OCCURRENCE_KEY_PREFIX)
+        .values_list("pk", flat=True)
+    )
+    occurrences = ScheduleOccurrence.objects.filter(schedule=schedule)
+    return any(
+        occurrences.filter(job__in=unfinished[start : start + IN_LIST_SIZE]).exists()
+        for start in range(0, len(unfinished), IN_LIST_SIZE)
+    )
+
+
+def _last_end(schedule: Schedule) -> dt.datetime | None:
+    """When the run of ``schedule`` that ended last ended (None: none is left).
+
+    Usually the latest occurrence's run; an older run re-run since (a failed job retried)
+    may have ended later. Both reads follow an index from the newest end: the latest
+    occurrence's, then the schedule's runs that ended at or after it.
+    """
+    latest = (
+        ScheduleOccurrence.objects.filter(schedule=schedule, job__isnull=False)
+        .order_by("-occurrence_at")
+        .values_list("job__finished_at", flat=True)
+        .first()
+    )
+    if latest is None:
+        return None
+    return (
+        Job.objects.filter(
+            status__in=Job.FINISHED,
+            finished_at__gte=latest,
+            schedule_occurrences__schedule=schedule,
+        )
+        .order_by("-finished_at")
+        .values_list("finished_at", flat=True)
+        .first()
+    )
 
 
 def _record_error(schedule: Schedule, now: dt.datetime, error: str) -> None:

@@ -1,7 +1,8 @@
 """Every index on the job table that covers a row is written when a claim or a finish
 changes the row (neither is a HOT update): only the indexes a claimed job needs may
-cover it (issue #14: the cost of each job). Migration 0016, which slims them, runs
-forwards and backwards on a database of its own."""
+cover it (issue #14: the cost of each job). Migration 0016, which slims them, and 0019,
+which adds one for schedules' unfinished runs, run forwards and backwards on a database
+of their own."""
 
 from __future__ import annotations
 
@@ -53,7 +54,10 @@ def test_a_succeeded_job_is_in_only_the_indexes_finished_jobs_need():
     }
 
 
-def test_migration_0016_runs_forwards_and_backwards():
+def job_indexes_at(earlier: str, later: str) -> tuple[set[str], set[str]]:
+    """Migrate a database of its own to ``later``, back to ``earlier`` and forwards again;
+    return the job table's indexes at ``earlier`` and at ``later`` (the same both times)."""
+
     def indexes() -> set[str]:
         with psycopg.connect(url) as db:
             rows = db.execute(
@@ -62,12 +66,17 @@ def test_migration_0016_runs_forwards_and_backwards():
         return {row[0] for row in rows}
 
     with scratch_database("indexes") as url:
-        migrate_database(url)
+        migrate_database(url, "scheduler_app", later)
         after = indexes()
-        migrate_database(url, "scheduler_app", "0015")
+        migrate_database(url, "scheduler_app", earlier)
         before = indexes()
-        migrate_database(url)
+        migrate_database(url, "scheduler_app", later)
         assert indexes() == after
+    return before, after
+
+
+def test_migration_0016_runs_forwards_and_backwards():
+    before, after = job_indexes_at("0015", "0016")
 
     assert after - before == {
         "scheduler_job_owned",
@@ -87,3 +96,10 @@ def test_migration_0016_runs_forwards_and_backwards():
         "owner",
         "cancelled",
     }
+
+
+def test_migration_0019_adds_the_unfinished_runs_index_forwards_and_drops_it_backwards():
+    before, after = job_indexes_at("0018", "0019")
+
+    assert after - before == {"scheduler_job_runs_unfinished"}
+    assert before - after == set()

@@ -1,0 +1,188 @@
+#!/usr/bin/env python
+"""The reads that run again and again, on a database with a long history (issue #14:
+cost stays flat as history grows).
+
+Run from the repository root (not in CI: it writes 1.3 million rows)::
+
+    python bench/history.py
+
+It drops and re-creates its own PostgreSQL database (``bench_history`` unless
+BENCH_DATABASE_URL names another), migrates it, and stores a schedule with BENCH_RUNS
+(100000) one-minute runs behind it, each with its occurrence and its finished job, as
+BENCH_RUNS minutes of history leave them; then, newer, BENCH_FINISHED (1000000)
+finished jobs of other work and BENCH_PENDING (100000) pending jobs due in a day. It
+times each read below BENCH_SAMPLES (21) times, in a transaction rolled back after
+each, and reports the median and the slowest, and how many queries each sent:
+
+- ``tick, fixed-rate occurrence due``: a scheduler tick that enqueues the schedule's
+  due occurrence; its overlap check finds the previous run finished;
+- ``tick, fixed-delay run unfinished``: a tick while the (fixed-delay) schedule's
+  latest run is running: it waits for the run to end, and every worker asks again
+  every SCHEDULER_INTERVAL;
+- ``tick, fixed-delay run ended``: the tick after that run ended, which finds the
+  latest end and sets the next run.
+
+Environment: BENCH_FINISHED, BENCH_PENDING, BENCH_RUNS, BENCH_SAMPLES,
+BENCH_DATABASE_URL, BENCH_RESULTS (default bench/results-history.md), BENCH_REVISION.
+The last stdout line names each read's median in ms (``tick_unfinished_ms=<n> ...``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness import (
+    REPO,
+    append_results,
+    env_int,
+    machine_description,
+    machine_line,
+    migrate,
+    recreate_database,
+    setup_django,
+)
+from worker_scale import fill_history
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_history"
+SCHEDULE = "bench-minutely"
+
+
+def store_schedule_runs(runs: int) -> None:
+    """A fixed-delay one-minute schedule with ``runs`` finished runs, the last one
+    ending a minute ago, each with its occurrence; its cursor waits for a run to end."""
+    from django.db import connection
+
+    from scheduler_app.models import Job, Schedule, ScheduleOccurrence
+    from scheduler_app.models.jobs import OCCURRENCE_KEY_PREFIX
+
+    schedule = Schedule.objects.create(
+        name=SCHEDULE,
+        task_name="tests.noop",
+        kind=Schedule.Kind.FIXED_DELAY,
+        interval=dt.timedelta(minutes=1),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH runs AS ("
+            " INSERT INTO %s (task_name, queue, priority, payload, payload_version, status,"
+            " scheduled_for, run_at, attempts, max_attempts, worker_id, lease_token,"
+            " started_at, finished_at, last_error, created_at, unique_key)"
+            " SELECT 'tests.noop', 'default', 0, 'null', 1, 'succeeded', at, at, 1, 3, 'h', 1,"
+            " at, at + interval '1 second', '', at, %%s || %%s || ':' || at"
+            " FROM (SELECT now() - g * interval '1 minute' AS at"
+            " FROM generate_series(1, %%s) AS g) AS times"
+            " RETURNING id, scheduled_for)"
+            " INSERT INTO %s (schedule_id, occurrence_at, outcome, job_id, detail, created_at)"
+            " SELECT %%s, scheduled_for, 'enqueued', id, '', scheduled_for FROM runs"
+            % (Job._meta.db_table, ScheduleOccurrence._meta.db_table),
+            [OCCURRENCE_KEY_PREFIX, SCHEDULE, runs, schedule.pk],
+        )
+        cursor.execute("VACUUM ANALYZE %s" % ScheduleOccurrence._meta.db_table)
+
+
+def prepare(kind: str, latest: str) -> None:
+    """Make the schedule ``kind``, its latest run ``latest`` (running, or succeeded just
+    now) and its cursor what a tick then finds: empty for a fixed-delay schedule (it
+    waits for the run to end), an occurrence due now for a fixed-rate one."""
+    from scheduler_app import clock
+    from scheduler_app.models import Job, Schedule
+
+    now = clock.now()
+    fixed_delay = kind == Schedule.Kind.FIXED_DELAY
+    Schedule.objects.filter(name=SCHEDULE).update(
+        kind=kind, next_run_at=None if fixed_delay else now
+    )
+    run = Job.objects.filter(schedule_occurrences__schedule__name=SCHEDULE).latest("pk")
+    running = latest == Job.Status.RUNNING
+    Job.objects.filter(pk=run.pk).update(status=latest, finished_at=None if running else now)
+
+
+def timed(read: Callable[[], object], samples: int) -> dict:
+    """Run ``read`` ``samples`` times, each in a transaction rolled back; return the median
+    and slowest ms, and the queries one run sent."""
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    times = []
+    for _ in range(samples):
+        with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+            started = time.perf_counter()
+            read()
+            times.append((time.perf_counter() - started) * 1000)
+            transaction.set_rollback(True)
+    return {"median": statistics.median(times), "max": max(times), "queries": len(queries)}
+
+
+#: key, label, the schedule's kind and its latest run's status
+READS = [
+    ("tick_due", "tick, fixed-rate occurrence due", "fixed_rate", "succeeded"),
+    ("tick_unfinished", "tick, fixed-delay run unfinished", "fixed_delay", "running"),
+    ("tick_ended", "tick, fixed-delay run ended", "fixed_delay", "succeeded"),
+]
+
+
+def tick() -> None:
+    from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
+
+    enqueue_due_occurrences()
+
+
+def main() -> None:
+    finished = env_int("BENCH_FINISHED", 1_000_000)
+    pending = env_int("BENCH_PENDING", 100_000)
+    runs = env_int("BENCH_RUNS", 100_000)
+    samples = env_int("BENCH_SAMPLES", 21)
+    url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
+    recreate_database(url)
+    setup_django(url)
+    migrate()
+    machine = machine_description(("shared_buffers",), os.environ.get("BENCH_REVISION", ""))
+    started = time.perf_counter()
+    store_schedule_runs(runs)
+    fill_history(finished, pending)
+    stored_s = time.perf_counter() - started
+
+    results = {}
+    for key, label, kind, latest in READS:
+        prepare(kind, latest)
+        results[key] = (label, timed(tick, samples))
+
+    rows = "".join(
+        "| %s | %.2f ms | %.2f ms | %d |\n" % (label, r["median"], r["max"], r["queries"])
+        for label, r in results.values()
+    )
+    final = " ".join("%s_ms=%.2f" % (key, r["median"]) for key, (_, r) in results.items())
+    section = (
+        "\n## %s — bench/history.py finished=%s pending=%s runs=%s samples=%s\n\n%s\n\n"
+        "Storing the history (INSERT ... SELECT, VACUUM ANALYZE): %.1f s.\n\n"
+        "| read | median | slowest | queries |\n|---|---|---|---|\n%s\n"
+        "Final line: `%s`\n"
+        % (
+            dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            finished,
+            pending,
+            runs,
+            samples,
+            machine_line(machine),
+            stored_s,
+            rows,
+            final,
+        )
+    )
+    path = Path(os.environ.get("BENCH_RESULTS", REPO / "bench" / "results-history.md"))
+    append_results(
+        path,
+        "# bench/history.py results\n\nThe reads that run again and again, on a long "
+        "history. Commands and what each read is: the docstring of bench/history.py.\n",
+        section,
+    )
+    print(final)
+
+
+if __name__ == "__main__":
+    main()
