@@ -29,7 +29,9 @@ The last stdout line names each read's median in ms (``tick_unfinished_ms=<n> ..
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import functools
 import os
 import statistics
 import time
@@ -118,18 +120,42 @@ def timed(read: Callable[[], object], samples: int) -> dict:
     return {"median": statistics.median(times), "max": max(times), "queries": len(queries)}
 
 
-#: key, label, the schedule's kind and its latest run's status
-READS = [
-    ("tick_due", "tick, fixed-rate occurrence due", "fixed_rate", "succeeded"),
-    ("tick_unfinished", "tick, fixed-delay run unfinished", "fixed_delay", "running"),
-    ("tick_ended", "tick, fixed-delay run ended", "fixed_delay", "succeeded"),
-]
-
-
 def tick() -> None:
     from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
 
     enqueue_due_occurrences()
+
+
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """One read to time: ``prepare()`` sets the tables up for it (once), ``read()`` is timed."""
+
+    key: str
+    label: str
+    prepare: Callable[[], None]
+    read: Callable[[], object]
+
+
+READS = [
+    Read(
+        "tick_due",
+        "tick, fixed-rate occurrence due",
+        functools.partial(prepare, "fixed_rate", "succeeded"),
+        tick,
+    ),
+    Read(
+        "tick_unfinished",
+        "tick, fixed-delay run unfinished",
+        functools.partial(prepare, "fixed_delay", "running"),
+        tick,
+    ),
+    Read(
+        "tick_ended",
+        "tick, fixed-delay run ended",
+        functools.partial(prepare, "fixed_delay", "succeeded"),
+        tick,
+    ),
+]
 
 
 def main() -> None:
@@ -148,9 +174,9 @@ def main() -> None:
     stored_s = time.perf_counter() - started
 
     results = {}
-    for key, label, kind, latest in READS:
-        prepare(kind, latest)
-        results[key] = (label, timed(tick, samples))
+    for read in READS:
+        read.prepare()
+        results[read.key] = (read.label, timed(read.read, samples))
 
     rows = "".join(
         "| %s | %.2f ms | %.2f ms | %d |\n" % (label, r["median"], r["max"], r["queries"])
