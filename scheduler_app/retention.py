@@ -29,7 +29,7 @@ from typing import Any
 
 from django.core.files.storage import default_storage
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
@@ -72,6 +72,8 @@ class Kind:
     #: (cutoff, limit) -> rows removed: one statement per batch on PostgreSQL, instead of
     #: selecting the keys and letting the ORM cascade (several times slower per row).
     on_postgresql: Callable[[dt.datetime, int], int] | None = None
+    #: cutoff -> None, once the run has removed what it could: record what is done.
+    afterwards: Callable[[dt.datetime], None] | None = None
 
     @property
     def days(self) -> float | None:
@@ -101,10 +103,22 @@ def _old_occurrences(cutoff: dt.datetime) -> QuerySet:
     )
 
 
+def _batches_with_contexts(cutoff: dt.datetime) -> QuerySet:
+    return finished_batches(cutoff).filter(contexts_blanked_at=None)
+
+
 def _contexts_to_blank(cutoff: dt.datetime) -> QuerySet:
-    return Recipient.objects.filter(batch__in=finished_batches(cutoff).values("pk")).exclude(
+    # Recipients stay (their sent markers): a batch whose contexts were all blanked is
+    # skipped, so a run reads only the recipients it may still blank.
+    return Recipient.objects.filter(batch__in=_batches_with_contexts(cutoff).values("pk")).exclude(
         context={}
     )
+
+
+def _mark_blanked_batches(cutoff: dt.datetime) -> None:
+    """Record the batches none of whose recipients has a context left to blank."""
+    left = Recipient.objects.filter(batch=OuterRef("pk")).exclude(context={})
+    _batches_with_contexts(cutoff).exclude(Exists(left)).update(contexts_blanked_at=clock.now())
 
 
 def _delete(model: Any) -> Callable[[list[Any]], int]:
@@ -149,6 +163,7 @@ KINDS = (
         setting="RETENTION_RECIPIENT_CONTEXT_DAYS",
         candidates=_contexts_to_blank,
         apply=_blank_contexts,
+        afterwards=_mark_blanked_batches,
     ),
     Kind(
         name="workers",
@@ -250,6 +265,8 @@ def _remove_rows(kind: Kind, cutoff: dt.datetime, budget: int) -> int:
         removed += pruned
     if removed:
         logger.info("pruned kind=%s rows=%s cutoff=%s", kind.name, removed, cutoff.isoformat())
+    if kind.afterwards is not None:
+        kind.afterwards(cutoff)
     return removed
 
 

@@ -84,6 +84,9 @@ class SendBatch(models.Model):
     context_types = models.JSONField(null=True, blank=True, editable=False)
     started_at = models.DateTimeField(null=True, blank=True, editable=False)
     finished_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # When retention had blanked every recipient's context (RETENTION_RECIPIENT_CONTEXT_DAYS):
+    # later runs skip the batch instead of reading its recipients again.
+    contexts_blanked_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The last time a lane marked a recipient (database clock): the stalled-send alert.
     progressed_at = models.DateTimeField(null=True, blank=True, editable=False)
     # An operator resumed it after the stale-send guard paused it: it may send late.

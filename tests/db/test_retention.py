@@ -10,7 +10,9 @@ from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from scheduler_app import clock, schedule
 from scheduler_app.alerts import evaluate
@@ -29,7 +31,7 @@ from scheduler_app.models import (
 )
 from scheduler_app.retention import PRUNE_SCHEDULE_NAME, PRUNE_TASK, prune
 from scheduler_app.schedules.declared import declared_schedules
-from tests.helpers import running_worker, wait_for_status
+from tests.helpers import rows_read, running_worker, wait_for_status
 
 T0 = dt.datetime(2026, 3, 2, 3, 30, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -334,3 +336,30 @@ def test_the_prune_job_cuts_off_from_its_scheduled_time_not_from_now():
     assert run.reference_time == scheduled_for
     assert run.source == "job:%s" % prune_job.pk
     assert finished.result == {"run": run.pk, "counts": run.counts}
+
+
+@pytest.mark.django_db
+@pytest.mark.postgres_only
+def test_contexts_blanked_once_are_not_read_again():
+    """Recipients are kept (their sent markers), so old batches' recipients pile up; a
+    run must not read those whose contexts an earlier run blanked."""
+    blanked = batch(BatchStatus.COMPLETED, changed_ago=100 * DAY, recipients=2000)
+    prune(T0)
+    assert contexts(blanked) == ["{}"] * 2000
+    newly_old = batch(BatchStatus.COMPLETED, changed_ago=100 * DAY, recipients=3)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE %s" % Recipient._meta.db_table)
+
+    with CaptureQueriesContext(connection) as queries:
+        run = prune(T0 + DAY)
+
+    assert run.counts["recipient_contexts"] == 3
+    assert contexts(newly_old) == ["{}"] * 3
+    reads = [
+        rows_read(query["sql"])
+        for query in queries
+        if query["sql"].startswith("SELECT") and Recipient._meta.db_table in query["sql"]
+    ]
+    assert reads and max(reads) < 100, reads
+    blanked.refresh_from_db()
+    assert blanked.contexts_blanked_at is not None
