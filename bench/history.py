@@ -20,9 +20,15 @@ each, and reports the median and the slowest, and how many queries each sent:
   latest run is running: it waits for the run to end, and every worker asks again
   every SCHEDULER_INTERVAL;
 - ``tick, fixed-delay run ended``: the tick after that run ended, which finds the
-  latest end and sets the next run.
+  latest end and sets the next run;
+- ``admin job list``: an operator opens the jobs' changelist (a superuser, through
+  django.test.Client);
+- ``admin recipient search, exact address``: the recipients' changelist searched for
+  one address, among the BENCH_RECIPIENTS (1000000) sent recipients of a completed
+  batch (stored with the jobs);
+- ``admin schedule page``: the change page of the schedule with BENCH_RUNS runs.
 
-Environment: BENCH_FINISHED, BENCH_PENDING, BENCH_RUNS, BENCH_SAMPLES,
+Environment: BENCH_FINISHED, BENCH_PENDING, BENCH_RUNS, BENCH_RECIPIENTS, BENCH_SAMPLES,
 BENCH_DATABASE_URL, BENCH_RESULTS (default bench/results-history.md), BENCH_REVISION.
 The last stdout line names each read's median in ms (``tick_unfinished_ms=<n> ...``).
 """
@@ -37,7 +43,9 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from feedback import store_sent_batch
 from harness import (
     REPO,
     append_results,
@@ -49,6 +57,9 @@ from harness import (
     setup_django,
 )
 from worker_scale import fill_history
+
+if TYPE_CHECKING:
+    from django.test import Client
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_history"
 SCHEDULE = "bench-minutely"
@@ -126,13 +137,39 @@ def tick() -> None:
     enqueue_due_occurrences()
 
 
+@functools.cache
+def operator() -> Client:
+    """Return a django.test.Client logged in as a superuser, created on the first call
+    (an admin read's preparation: outside the transactions the timing rolls back)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.create_superuser("bench", "bench@example.com"))
+    return client
+
+
+def admin_page(path: str, query: dict[str, str] | None = None) -> None:
+    """GET the admin page ``path`` as the operator; fail unless it answers 200."""
+    response = operator().get(path, query)
+    if response.status_code != 200:
+        raise SystemExit("GET %s answered %s" % (path, response.status_code))
+
+
+def schedule_page() -> None:
+    from scheduler_app.models import Schedule
+
+    pk = Schedule.objects.get(name=SCHEDULE).pk
+    admin_page("/admin/scheduler_app/schedule/%s/change/" % pk)
+
+
 @dataclasses.dataclass(frozen=True)
 class Read:
     """One read to time: ``prepare()`` sets the tables up for it (once), ``read()`` is timed."""
 
     key: str
     label: str
-    prepare: Callable[[], None]
+    prepare: Callable[[], object]
     read: Callable[[], object]
 
 
@@ -155,6 +192,22 @@ READS = [
         functools.partial(prepare, "fixed_delay", "succeeded"),
         tick,
     ),
+    Read(
+        "admin_jobs",
+        "admin job list",
+        operator,
+        functools.partial(admin_page, "/admin/scheduler_app/job/"),
+    ),
+    Read(
+        "admin_recipient_address",
+        "admin recipient search, exact address",
+        operator,
+        # store_sent_batch's addresses are customer<n>@example.com, n from 1.
+        functools.partial(
+            admin_page, "/admin/scheduler_app/recipient/", {"q": "customer4321@example.com"}
+        ),
+    ),
+    Read("admin_schedule", "admin schedule page", operator, schedule_page),
 ]
 
 
@@ -162,6 +215,7 @@ def main() -> None:
     finished = env_int("BENCH_FINISHED", 1_000_000)
     pending = env_int("BENCH_PENDING", 100_000)
     runs = env_int("BENCH_RUNS", 100_000)
+    recipients = env_int("BENCH_RECIPIENTS", 1_000_000)
     samples = env_int("BENCH_SAMPLES", 21)
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
     recreate_database(url)
@@ -171,6 +225,7 @@ def main() -> None:
     started = time.perf_counter()
     store_schedule_runs(runs)
     fill_history(finished, pending)
+    store_sent_batch(recipients)
     stored_s = time.perf_counter() - started
 
     results = {}
@@ -184,7 +239,8 @@ def main() -> None:
     )
     final = " ".join("%s_ms=%.2f" % (key, r["median"]) for key, (_, r) in results.items())
     section = (
-        "\n## %s — bench/history.py finished=%s pending=%s runs=%s samples=%s\n\n%s\n\n"
+        "\n## %s — bench/history.py finished=%s pending=%s runs=%s recipients=%s samples=%s\n\n"
+        "%s\n\n"
         "Storing the history (INSERT ... SELECT, VACUUM ANALYZE): %.1f s.\n\n"
         "| read | median | slowest | queries |\n|---|---|---|---|\n%s\n"
         "Final line: `%s`\n"
@@ -193,6 +249,7 @@ def main() -> None:
             finished,
             pending,
             runs,
+            recipients,
             samples,
             machine_line(machine),
             stored_s,
