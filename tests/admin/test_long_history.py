@@ -1,0 +1,133 @@
+"""Admin pages read a bounded number of rows however long the history (issue #14), and
+still filter, search and list everything an operator asks for.
+
+The job list counts at most BoundedPaginator.limit rows ("1000+ jobs") and offers the
+task names and queues the code knows; a whole address finds its recipient through an
+index; a schedule's page lists its LAST_RUNS latest runs and links to all of them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from scheduler_app.admin.pagination import BoundedPaginator
+from scheduler_app.models import Job
+from tests.admin.conftest import changelist, get
+from tests.helpers import rows_read
+
+pytestmark = pytest.mark.django_db
+
+T0 = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
+#: A history longer than BoundedPaginator.limit.
+ROWS = 3000
+#: The rows and index entries a look-up may visit in one query, at any history size.
+HANDFUL = 20
+
+
+def finished_jobs(count: int, **fields: object) -> list[Job]:
+    values = {"task_name": "tests.noop", "status": Job.Status.SUCCEEDED, **fields}
+    return Job.objects.bulk_create(
+        Job(scheduled_for=T0, run_at=T0, started_at=T0, finished_at=T0, **values)
+        for _ in range(count)
+    )
+
+
+def page_reads(client, url: str, data: dict | None = None) -> list[tuple[int, str]]:
+    """GET ``url``; return each SELECT it ran on a scheduler_app table with the rows it
+    visits, most first."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    with CaptureQueriesContext(connection) as queries:
+        response = get(client, url, data)
+    assert response.status_code == 200
+    reads = [
+        (rows_read(query["sql"]), query["sql"])
+        for query in queries
+        if query["sql"].startswith("SELECT") and "scheduler_app_" in query["sql"]
+    ]
+    assert reads
+    return sorted(reads, reverse=True)
+
+
+# -- cost, on PostgreSQL --------------------------------------------------------------------
+
+
+@pytest.mark.postgres_only
+def test_the_job_list_reads_no_more_rows_than_its_count_limit(admin):
+    finished_jobs(ROWS)
+
+    (most, sql), *_ = page_reads(admin, changelist("job"))
+
+    assert most <= BoundedPaginator.limit + 1, sql
+
+
+# -- what operators see, on both databases --------------------------------------------------
+
+
+@pytest.fixture
+def count_limit(monkeypatch) -> int:
+    monkeypatch.setattr(BoundedPaginator, "limit", 3)
+    return 3
+
+
+def test_a_list_longer_than_the_count_limit_says_so_and_pages_up_to_it(admin, count_limit):
+    finished_jobs(count_limit + 2)
+
+    response = get(admin, changelist("job"))
+    html = response.content.decode()
+
+    assert "3+ jobs" in html
+    assert "Select all 3+ jobs" in html  # an action across pages takes every matching job
+    assert len(response.context["cl"].result_list) == count_limit + 2  # one page of 100
+
+
+def test_a_list_within_the_count_limit_shows_its_exact_count(admin, count_limit):
+    finished_jobs(count_limit)
+
+    html = get(admin, changelist("job")).content.decode()
+
+    assert "3 jobs" in html and "3+" not in html
+
+
+def test_the_task_filter_offers_registered_tasks_and_filters(admin):
+    finished_jobs(1)
+    (record,) = finished_jobs(1, task_name="tests.record")
+
+    response = get(admin, changelist("job"), {"task_name": "tests.record"})
+
+    offered = _choices(response, "task name")
+    assert {"tests.noop", "tests.record", "scheduler_app.send_batch"} <= offered
+    assert [job.pk for job in response.context["cl"].result_list] == [record.pk]
+
+
+def test_a_task_no_longer_registered_still_filters_and_is_offered_while_selected(admin):
+    (gone,) = finished_jobs(1, task_name="tests.renamed_since")
+    finished_jobs(1)
+
+    response = get(admin, changelist("job"), {"task_name": "tests.renamed_since"})
+
+    assert [job.pk for job in response.context["cl"].result_list] == [gone.pk]
+    assert "tests.renamed_since" in _choices(response, "task name")
+    assert "tests.renamed_since" not in _choices(get(admin, changelist("job")), "task name")
+
+
+def test_the_queue_filter_offers_the_configured_queues_and_filters(admin, settings):
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "QUEUES": ["default", "emails"]}
+    finished_jobs(1)
+    (emails,) = finished_jobs(1, queue="emails")
+    finished_jobs(1, queue="slow")  # no longer configured
+
+    response = get(admin, changelist("job"), {"queue": "emails"})
+
+    assert _choices(response, "queue") == {"default", "emails"}
+    assert [job.pk for job in response.context["cl"].result_list] == [emails.pk]
+
+
+def _choices(response, title: str) -> set[str]:
+    """Return the values the list filter ``title`` offers (besides "All")."""
+    (spec,) = [s for s in response.context["cl"].filter_specs if s.title == title]
+    return {choice["display"] for choice in spec.choices(response.context["cl"])} - {"All"}
