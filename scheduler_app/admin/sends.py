@@ -27,6 +27,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app.admin.display import paused_banner, seconds, utc
+from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.db import database_now
@@ -535,9 +536,28 @@ class RecipientAdmin(admin.ModelAdmin):
         "is_seed",
     ]
     list_filter = ["status", "is_seed"]
-    search_fields = ["=address", "address", "=recipient_key"]
+    search_fields = ["address", "=recipient_key"]
+    search_help_text = (
+        "A whole address (name@domain) finds that address, in any case. Anything else finds "
+        "the addresses that contain it and the recipient keys equal to it, which reads every "
+        "recipient ever sent."
+    )
     list_select_related = ["batch"]
     raw_id_fields = ["batch"]
+    # A page load reads a bounded number of rows, however many recipients were ever sent.
+    paginator = BoundedPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        local, _, domain = term.rpartition("@")
+        if local and domain and not any(c.isspace() for c in term):
+            # One look-up in the UPPER(address) index.
+            return queryset.filter(address__iexact=term), False
+        return super().get_search_results(request, queryset, search_term)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [f.name for f in Recipient._meta.fields]

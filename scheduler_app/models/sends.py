@@ -7,6 +7,7 @@ import datetime as dt
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Upper
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_app import clock
@@ -166,7 +167,9 @@ class Recipient(models.Model):
                 condition=Q(status="pending"),
                 name="scheduler_recipient_due",
             ),
-            models.Index(fields=["address"], name="scheduler_recipient_address"),
+            # The admin's exact-address search, in any case (address__iexact compares
+            # UPPER(address)).
+            models.Index(Upper("address"), name="scheduler_recipient_address_ci"),
             # Ties a provider's bounce or complaint back by its message id. Partial: a
             # recipient gets one when it is sent, so the freeze writes no entry here.
             models.Index(

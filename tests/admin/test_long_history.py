@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduler_app.admin.pagination import BoundedPaginator
-from scheduler_app.models import Job
+from scheduler_app.models import Job, Recipient, SendBatch
 from tests.admin.conftest import changelist, get
 from tests.helpers import rows_read
 
@@ -34,6 +34,29 @@ def finished_jobs(count: int, **fields: object) -> list[Job]:
         Job(scheduled_for=T0, run_at=T0, started_at=T0, finished_at=T0, **values)
         for _ in range(count)
     )
+
+
+def sent_recipients(count: int) -> SendBatch:
+    batch = SendBatch.objects.create(
+        name="Old news",
+        subject_template="News",
+        text_template="Hi",
+        audience="tests.customers",
+        expected_max_audience=count,
+        provider="fake",
+        rate_limit_key="fake",
+        status=SendBatch.Status.COMPLETED,
+    )
+    Recipient.objects.bulk_create(
+        Recipient(
+            batch=batch,
+            recipient_key=str(n),
+            address="customer%s@example.com" % n,
+            status=Recipient.Status.SENT,
+        )
+        for n in range(count)
+    )
+    return batch
 
 
 def page_reads(client, url: str, data: dict | None = None) -> list[tuple[int, str]]:
@@ -61,6 +84,24 @@ def test_the_job_list_reads_no_more_rows_than_its_count_limit(admin):
     finished_jobs(ROWS)
 
     (most, sql), *_ = page_reads(admin, changelist("job"))
+
+    assert most <= BoundedPaginator.limit + 1, sql
+
+
+@pytest.mark.postgres_only
+def test_a_whole_address_search_reads_a_handful_of_recipients(admin):
+    sent_recipients(ROWS)
+
+    (most, sql), *_ = page_reads(admin, changelist("recipient"), {"q": "Customer1234@Example.com"})
+
+    assert most <= HANDFUL, sql
+
+
+@pytest.mark.postgres_only
+def test_the_recipient_list_reads_no_more_rows_than_its_count_limit(admin):
+    sent_recipients(ROWS)
+
+    (most, sql), *_ = page_reads(admin, changelist("recipient"))
 
     assert most <= BoundedPaginator.limit + 1, sql
 
@@ -125,6 +166,26 @@ def test_the_queue_filter_offers_the_configured_queues_and_filters(admin, settin
 
     assert _choices(response, "queue") == {"default", "emails"}
     assert [job.pk for job in response.context["cl"].result_list] == [emails.pk]
+
+
+def test_a_whole_address_finds_its_recipient_in_any_case(admin):
+    sent_recipients(3)
+
+    response = get(admin, changelist("recipient"), {"q": " CUSTOMER1@example.COM "})
+
+    assert [r.address for r in response.context["cl"].result_list] == ["customer1@example.com"]
+
+
+def test_part_of_an_address_still_finds_every_address_containing_it(admin):
+    sent_recipients(12)
+
+    response = get(admin, changelist("recipient"), {"q": "r1"})
+
+    assert sorted(r.address for r in response.context["cl"].result_list) == [
+        "customer10@example.com",
+        "customer11@example.com",
+        "customer1@example.com",
+    ]
 
 
 def _choices(response, title: str) -> set[str]:
