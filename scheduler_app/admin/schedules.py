@@ -7,11 +7,14 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
+from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app import clock
 from scheduler_app.admin.display import report_counts, seconds
+from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.alerts.rules import expected_cadence
 from scheduler_app.exceptions import InvalidPayload, ValidationError
 from scheduler_app.models import Schedule, ScheduleOccurrence
@@ -21,6 +24,8 @@ from scheduler_app.scheduling import check_payload
 from scheduler_app.targets import TARGET_FIELDS
 
 PREVIEW_COUNT = 10
+#: The occurrences a schedule's page lists (all of them: ScheduleOccurrenceAdmin).
+LAST_RUNS = 20
 
 
 class ScheduleForm(forms.ModelForm):
@@ -43,26 +48,64 @@ class ScheduleForm(forms.ModelForm):
             raise forms.ValidationError(exc.message, code=exc.code) from exc
 
 
+@admin.display(description="job status")
+def job_status(occurrence: ScheduleOccurrence) -> str:
+    """Return the status of the job ``occurrence`` enqueued, or "-"."""
+    return occurrence.job.get_status_display() if occurrence.job else "-"
+
+
+@admin.display(description="lateness")
+def lateness(occurrence: ScheduleOccurrence) -> str:
+    """Return how late the job ``occurrence`` enqueued started, or "-"."""
+    return seconds(occurrence.job.lateness) if occurrence.job else "-"
+
+
+class LatestOccurrencesFormSet(BaseInlineFormSet):
+    """Only a schedule's LAST_RUNS latest occurrences, whatever its history."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.queryset = self.queryset[:LAST_RUNS]
+
+
 class OccurrenceInline(admin.TabularInline):
     model = ScheduleOccurrence
+    formset = LatestOccurrencesFormSet
     extra = 0
     max_num = 0
     can_delete = False
-    fields = ["occurrence_at", "outcome", "job", "job_status", "lateness", "detail"]
+    fields = ["occurrence_at", "outcome", "job", job_status, lateness, "detail"]
     readonly_fields = fields
     ordering = ["-occurrence_at"]
-    verbose_name_plural = "last runs"
+    verbose_name_plural = "last %s runs" % LAST_RUNS
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).select_related("job")
 
-    @admin.display(description="job status")
-    def job_status(self, occurrence: ScheduleOccurrence) -> str:
-        return occurrence.job.get_status_display() if occurrence.job else "-"
 
-    @admin.display(description="lateness")
-    def lateness(self, occurrence: ScheduleOccurrence) -> str:
-        return seconds(occurrence.job.lateness) if occurrence.job else "-"
+@admin.register(ScheduleOccurrence)
+class ScheduleOccurrenceAdmin(admin.ModelAdmin):
+    """Every run of every schedule, newest first: read-only (the schedule page lists the last
+    ones and links here, filtered to the schedule)."""
+
+    list_display = ["occurrence_at", "schedule", "outcome", "job", job_status, lateness]
+    list_filter = ["outcome"]
+    list_select_related = ["schedule", "job"]
+    # Total (schedule, occurrence_at is unique), so that the unique index serves a
+    # schedule's list in its order.
+    ordering = ["-occurrence_at", "schedule"]
+    paginator = BoundedPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Schedule)
@@ -84,6 +127,7 @@ class ScheduleAdmin(admin.ModelAdmin):
     search_fields = ["name", "task_name"]
     actions = ["enable", "disable", "prune"]
     readonly_fields = [
+        "all_runs",
         "next_runs",
         "next_run_at",
         "declared_in_code",
@@ -103,6 +147,7 @@ class ScheduleAdmin(admin.ModelAdmin):
                     "enabled",
                     "declared_in_code",
                     "declared_version",
+                    "all_runs",
                 ]
             },
         ),
@@ -144,6 +189,18 @@ class ScheduleAdmin(admin.ModelAdmin):
             return "-"
         window = expected_cadence(schedule, clock.now())
         return "%s without a success" % seconds(window) if window else "-"
+
+    @admin.display(description="runs")
+    def all_runs(self, schedule: Schedule) -> str:
+        if not schedule.pk:
+            return "-"
+        return format_html(
+            'The last {} are listed below. <a href="{}?schedule__id__exact={}">All runs of this '
+            "schedule</a>, newest first.",
+            LAST_RUNS,
+            reverse("%s:scheduler_app_scheduleoccurrence_changelist" % self.admin_site.name),
+            schedule.pk,
+        )
 
     @admin.display(description="rule")
     def rule(self, schedule: Schedule) -> str:

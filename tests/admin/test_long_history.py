@@ -15,8 +15,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduler_app.admin.pagination import BoundedPaginator
-from scheduler_app.models import Job, Recipient, SendBatch
-from tests.admin.conftest import changelist, get
+from scheduler_app.admin.schedules import LAST_RUNS
+from scheduler_app.models import Job, Recipient, Schedule, ScheduleOccurrence, SendBatch
+from tests.admin.conftest import change, changelist, get
 from tests.helpers import rows_read
 
 pytestmark = pytest.mark.django_db
@@ -57,6 +58,21 @@ def sent_recipients(count: int) -> SendBatch:
         for n in range(count)
     )
     return batch
+
+
+def schedule_with_runs(count: int) -> Schedule:
+    schedule = Schedule.objects.create(
+        name="minutely", task_name="tests.noop", kind=Schedule.Kind.CRON, cron="* * * * *"
+    )
+    ScheduleOccurrence.objects.bulk_create(
+        ScheduleOccurrence(
+            schedule=schedule,
+            occurrence_at=T0 + dt.timedelta(minutes=n),
+            outcome=ScheduleOccurrence.Outcome.SKIPPED_OVERLAP,
+        )
+        for n in range(count)
+    )
+    return schedule
 
 
 def page_reads(client, url: str, data: dict | None = None) -> list[tuple[int, str]]:
@@ -104,6 +120,15 @@ def test_the_recipient_list_reads_no_more_rows_than_its_count_limit(admin):
     (most, sql), *_ = page_reads(admin, changelist("recipient"))
 
     assert most <= BoundedPaginator.limit + 1, sql
+
+
+@pytest.mark.postgres_only
+def test_a_schedule_page_reads_its_last_runs_only(admin):
+    schedule = schedule_with_runs(ROWS)
+
+    (most, sql), *_ = page_reads(admin, change("schedule", schedule.pk))
+
+    assert most <= LAST_RUNS + HANDFUL, sql
 
 
 # -- what operators see, on both databases --------------------------------------------------
@@ -186,6 +211,29 @@ def test_part_of_an_address_still_finds_every_address_containing_it(admin):
         "customer11@example.com",
         "customer1@example.com",
     ]
+
+
+def test_a_schedule_page_lists_its_last_runs_and_links_to_all_of_them(admin):
+    schedule = schedule_with_runs(LAST_RUNS + 5)
+    other = Schedule.objects.create(name="other", task_name="tests.noop", cron="0 * * * *")
+    ScheduleOccurrence.objects.create(
+        schedule=other, occurrence_at=T0, outcome=ScheduleOccurrence.Outcome.SKIPPED_OVERLAP
+    )
+
+    page = get(admin, change("schedule", schedule.pk))
+
+    (inline,) = page.context["inline_admin_formsets"]
+    listed = [form.instance.occurrence_at for form in inline.formset.forms]
+    assert listed == [T0 + dt.timedelta(minutes=n) for n in reversed(range(5, LAST_RUNS + 5))]
+    html = page.content.decode()
+    assert "Last %s runs" % LAST_RUNS in html
+    link = "%s?schedule__id__exact=%s" % (changelist("scheduleoccurrence"), schedule.pk)
+    assert 'href="%s"' % link in html
+
+    everything = get(admin, link)
+
+    assert len(everything.context["cl"].result_list) == LAST_RUNS + 5
+    assert {o.schedule_id for o in everything.context["cl"].result_list} == {schedule.pk}
 
 
 def _choices(response, title: str) -> set[str]:

@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from scheduler_app.admin.schedules import LAST_RUNS
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
 from tests.admin.conftest import change, form_data, messages_of, post_action
@@ -157,7 +158,7 @@ def test_change_page_shows_last_runs_with_outcome_and_lateness(admin, make_sched
     )
     response = admin.get(change("schedule", schedule.pk))
     html = response.content.decode()
-    assert "last runs" in html.lower()
+    assert "last %s runs" % LAST_RUNS in html.lower()
     assert "1 min 15 s" in html  # the enqueued run's lateness
     assert "succeeded" in html
     assert "skipped: previous run still pending or running" in html
