@@ -26,10 +26,19 @@ each, and reports the median and the slowest, and how many queries each sent:
 - ``admin recipient search, exact address``: the recipients' changelist searched for
   one address, among the BENCH_RECIPIENTS (1000000) sent recipients of a completed
   batch (stored with the jobs);
-- ``admin schedule page``: the change page of the schedule with BENCH_RUNS runs.
+- ``admin schedule page``: the change page of the schedule with BENCH_RUNS runs;
+- ``API jobs, rare task``: staff's first page of GET jobs/?task= a task with
+  BENCH_RARE (20) jobs, which finished a month ago;
+- ``API jobs, old created range``: staff's first page of the jobs created in one day
+  two months ago (a day of the schedule's runs);
+- ``API jobs, user's status``: a user's first page of GET jobs/?status=failed; the
+  user owns BENCH_OWNED (1000) succeeded jobs and BENCH_RARE failed ones.
 
-Environment: BENCH_FINISHED, BENCH_PENDING, BENCH_RUNS, BENCH_RECIPIENTS, BENCH_SAMPLES,
-BENCH_DATABASE_URL, BENCH_RESULTS (default bench/results-history.md), BENCH_REVISION.
+Each API read is a request through DRF's APIClient with a real token.
+
+Environment: BENCH_FINISHED, BENCH_PENDING, BENCH_RUNS, BENCH_RECIPIENTS, BENCH_RARE,
+BENCH_OWNED, BENCH_SAMPLES, BENCH_DATABASE_URL, BENCH_RESULTS (default
+bench/results-history.md), BENCH_REVISION.
 The last stdout line names each read's median in ms (``tick_unfinished_ms=<n> ...``).
 """
 
@@ -63,6 +72,9 @@ if TYPE_CHECKING:
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_history"
 SCHEDULE = "bench-minutely"
+RARE_TASK = "tests.rare"
+STAFF = "bench-staff"
+USER = "bench-user"
 
 
 def store_schedule_runs(runs: int) -> None:
@@ -113,6 +125,65 @@ def prepare(kind: str, latest: str) -> None:
     run = Job.objects.filter(schedule_occurrences__schedule__name=SCHEDULE).latest("pk")
     running = latest == Job.Status.RUNNING
     Job.objects.filter(pk=run.pk).update(status=latest, finished_at=None if running else now)
+
+
+def store_api_users(rare: int, owned: int) -> None:
+    """A staff user with scheduler_app.change_job and a user, each with a token; ``rare``
+    jobs of RARE_TASK that finished a month ago; the user's ``owned`` succeeded jobs a
+    week ago and ``rare`` failed ones a month ago; analyse."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from django.db import connection
+    from rest_framework.authtoken.models import Token
+
+    staff = get_user_model().objects.create_user(STAFF, is_staff=True)
+    staff.user_permissions.add(
+        Permission.objects.get(content_type__app_label="scheduler_app", codename="change_job")
+    )
+    user = get_user_model().objects.create_user(USER)
+    Token.objects.create(user=staff)
+    Token.objects.create(user=user)
+    with connection.cursor() as cursor:
+        for task, status, owner, count, age in (
+            (RARE_TASK, "succeeded", None, rare, "30 days"),
+            ("tests.noop", "failed", user.pk, rare, "30 days"),
+            ("tests.noop", "succeeded", user.pk, owned, "7 days"),
+        ):
+            cursor.execute(
+                "INSERT INTO scheduler_app_job (task_name, queue, priority, payload,"
+                " payload_version, status, scheduled_for, run_at, attempts, max_attempts,"
+                " worker_id, lease_token, started_at, finished_at, last_error, created_at,"
+                " owner_id)"
+                " SELECT %s, 'default', 0, 'null', 1, %s, at, at, 1, 3, 'history', 1, at, at,"
+                " '', at, %s FROM (SELECT now() - %s::interval AS at"
+                " FROM generate_series(1, %s)) AS times",
+                [task, status, owner, age, count],
+            )
+        cursor.execute("ANALYZE scheduler_app_job")
+
+
+def api_jobs(username: str, query: str) -> None:
+    """GET jobs/?``query`` as ``username`` (with their token); fail unless it is a 200."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token %s" % Token.objects.get(user__username=username))
+    response = client.get("/api/jobs/?" + query)
+    assert response.status_code == 200, response.content
+
+
+def old_day() -> str:
+    """Return the query of the jobs created in one day two months ago."""
+    from scheduler_app import clock
+
+    start = (clock.now() - dt.timedelta(days=60)).replace(microsecond=0, tzinfo=None)
+    end = start + dt.timedelta(days=1)
+    return "created_after=%sZ&created_before=%sZ" % (start.isoformat(), end.isoformat())
+
+
+def noop() -> None:
+    """Set nothing up: store_api_users() did."""
 
 
 def timed(read: Callable[[], object], samples: int) -> dict:
@@ -208,6 +279,15 @@ READS = [
         ),
     ),
     Read("admin_schedule", "admin schedule page", operator, schedule_page),
+    Read(
+        "api_rare_task", "API jobs, rare task", noop, lambda: api_jobs(STAFF, "task=" + RARE_TASK)
+    ),
+    Read(
+        "api_old_created", "API jobs, old created range", noop, lambda: api_jobs(STAFF, old_day())
+    ),
+    Read(
+        "api_user_status", "API jobs, user's status", noop, lambda: api_jobs(USER, "status=failed")
+    ),
 ]
 
 
@@ -226,6 +306,7 @@ def main() -> None:
     store_schedule_runs(runs)
     fill_history(finished, pending)
     store_sent_batch(recipients)
+    store_api_users(env_int("BENCH_RARE", 20), env_int("BENCH_OWNED", 1000))
     stored_s = time.perf_counter() - started
 
     results = {}
