@@ -35,3 +35,23 @@ def test_migrate_again_builds_an_index_an_interrupted_build_left_invalid():
             ).fetchone()
     assert valid
     assert "WHERE (NOT ((provider_message_id)::text = ''::text))" in definition  # 0017's
+
+
+def test_migration_0021_swaps_the_address_index_forwards_and_back():
+    def address_indexes() -> dict[str, str]:
+        with psycopg.connect(url) as db:
+            rows = db.execute(
+                "SELECT indexname, indexdef FROM pg_indexes "
+                "WHERE tablename = 'scheduler_app_recipient' AND indexdef LIKE '%address%'"
+            ).fetchall()
+        return dict(rows)
+
+    with scratch_database("address") as url:
+        migrate_database(url, "scheduler_app", "0021")
+        after = address_indexes()
+        migrate_database(url, "scheduler_app", "0020")
+        before = address_indexes()
+
+    assert set(after) == {"scheduler_recipient_address_ci"}
+    assert "upper((address)::text)" in after["scheduler_recipient_address_ci"]
+    assert set(before) == {"scheduler_recipient_address"}
