@@ -6,6 +6,7 @@ import datetime as dt
 from typing import Any
 
 from django.core.validators import RegexValidator
+from django.db.models import Q
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
@@ -209,9 +210,15 @@ class JobFilterSerializer(serializers.Serializer):
             "scheduled_for__gte": data.get("scheduled_after"),
             "scheduled_for__lt": data.get("scheduled_before"),
         }
-        return queryset.filter(
+        queryset = queryset.filter(
             **{key: value for key, value in lookups.items() if value is not None}
         )
+        if data.get("task"):
+            # Every status, said as the two halves two indexes on the task name serve
+            # (scheduler_job_task_ends, scheduler_job_unique_key_unfinished), so that a
+            # task with few jobs is not looked for among every job kept.
+            queryset = queryset.filter(Q(status__in=Job.FINISHED) | Q(status__in=Job.UNFINISHED))
+        return queryset
 
 
 @extend_schema_serializer(component_name="SchedulerJobCancelResult")

@@ -222,12 +222,14 @@ class Job(models.Model):
                 name="scheduler_job_prunable",
             ),
             # The alert rules: a task's latest successes (absent, suspicious success) and
-            # final outcomes (failing reads scheduler_job_prunable). Only final outcomes,
+            # final outcomes (failing reads scheduler_job_prunable); with the unique key's
+            # index, which starts with the task name too, a task's jobs in any status (the
+            # API's task filter, api.serializers.JobFilterSerializer). Only finished jobs,
             # so that a claim does not write it.
             models.Index(
                 fields=["task_name", "status", "finished_at"],
-                condition=Q(status__in=["succeeded", "failed"]),
-                name="scheduler_job_task_outcomes",
+                condition=Q(status__in=["succeeded", "failed", "cancelled"]),
+                name="scheduler_job_task_ends",
             ),
         ]
 

@@ -1,8 +1,8 @@
 """Every index on the job table that covers a row is written when a claim or a finish
 changes the row (neither is a HOT update): only the indexes a claimed job needs may
-cover it (issue #14: the cost of each job). Migration 0016, which slims them, and 0019,
-which adds one for schedules' unfinished runs, run forwards and backwards on a database
-of their own."""
+cover it (issue #14: the cost of each job). Migrations 0016, which slims them, 0019,
+which adds one for schedules' unfinished runs, and 0022, which widens the task index to
+cancelled jobs, run forwards and backwards on a database of their own."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_a_succeeded_job_is_in_only_the_indexes_finished_jobs_need():
     assert indexes_covering("scheduler_app_job", job.pk) == {
         "scheduler_app_job_pkey",
         "scheduler_job_prunable",  # retention, the failing alert
-        "scheduler_job_task_outcomes",  # the absent and suspicious-success alerts
+        "scheduler_job_task_ends",  # the absent and suspicious-success alerts, a task's jobs
     }
 
 
@@ -103,3 +103,10 @@ def test_migration_0019_adds_the_unfinished_runs_index_forwards_and_drops_it_bac
 
     assert after - before == {"scheduler_job_runs_unfinished"}
     assert before - after == set()
+
+
+def test_migration_0022_widens_the_task_index_to_cancelled_jobs_forwards_and_back():
+    before, after = job_indexes_at("0021", "0022")
+
+    assert after - before == {"scheduler_job_task_ends"}
+    assert before - after == {"scheduler_job_task_outcomes"}
