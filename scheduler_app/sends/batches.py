@@ -262,7 +262,7 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
     now = clock.now()
     ids = []
     for address in batch.seed_list:
-        marker, _ = Recipient.objects.get_or_create(
+        marker, created = Recipient.objects.get_or_create(
             batch=batch,
             recipient_key="seed:%s:%s" % (digest[:12], address),
             defaults={
@@ -272,6 +272,10 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
                 "next_attempt_at": now,
             },
         )
+        if created:  # a context retention may have to blank again (a finished batch's seed)
+            SendBatch.objects.filter(pk=batch.pk).exclude(contexts_blanked_at=None).update(
+                contexts_blanked_at=None
+            )
         if marker.status != Recipient.Status.SENT:  # new, or failed last time: (re)send
             _send_seed(marker, template, provider)
         ids.append(marker.pk)

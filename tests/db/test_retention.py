@@ -31,6 +31,7 @@ from scheduler_app.models import (
 )
 from scheduler_app.retention import PRUNE_SCHEDULE_NAME, PRUNE_TASK, prune
 from scheduler_app.schedules.declared import declared_schedules
+from scheduler_app.sends.batches import seed_send
 from tests.helpers import rows_read, running_worker, wait_for_status
 
 T0 = dt.datetime(2026, 3, 2, 3, 30, tzinfo=dt.UTC)
@@ -363,3 +364,23 @@ def test_contexts_blanked_once_are_not_read_again():
     assert reads and max(reads) < 100, reads
     blanked.refresh_from_db()
     assert blanked.contexts_blanked_at is not None
+
+
+@pytest.mark.django_db
+def test_a_seed_sent_after_the_contexts_were_blanked_is_blanked_too():
+    finished = batch(
+        BatchStatus.COMPLETED,
+        changed_ago=100 * DAY,
+        provider="fake",
+        seed_list=["seed@example.com"],
+        seed_context={"name": "Secret"},
+    )
+    prune(T0)
+    finished.refresh_from_db()
+    assert finished.contexts_blanked_at is not None
+
+    (seed,) = seed_send(finished)
+    prune(T0 + DAY)
+
+    seed.refresh_from_db()
+    assert seed.context == {}
