@@ -44,10 +44,11 @@ def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
 
             if not try_scheduler_lock():
                 return 0  # another worker is ticking right now
+        busy = _schedules_with_unfinished_runs()
         for schedule in Schedule.objects.due(now).order_by("id"):
             try:
                 with transaction.atomic():
-                    enqueued += _tick(schedule, now)
+                    enqueued += _tick(schedule, now, busy)
             except SchedulerError as exc:
                 logger.error("schedule cannot enqueue schedule=%s error=%s", schedule.name, exc)
                 _record_error(schedule, now, str(exc))
@@ -69,14 +70,15 @@ def occurrence_key(schedule: Schedule, occurrence: dt.datetime) -> str:
     )
 
 
-def _tick(schedule: Schedule, now: dt.datetime) -> int:
+def _tick(schedule: Schedule, now: dt.datetime, busy: set[int]) -> int:
+    """Enqueue ``schedule``'s due occurrences; ``busy``: the schedules with an unfinished run."""
     cursor = schedule.next_run_at
     if schedule.kind == Schedule.Kind.FIXED_DELAY:
-        return _tick_fixed_delay(schedule, cursor, now)
+        return _tick_fixed_delay(schedule, cursor, now, busy)
     if cursor is None:
         first = next(occurrences_after(schedule, now - dt.timedelta(microseconds=1)))
         _move_cursor(schedule, None, first, now)
-        return 0 if first > now else _tick(schedule, now)
+        return 0 if first > now else _tick(schedule, now, busy)
     upcoming = itertools.chain([cursor], occurrences_after(schedule, cursor))
     due = list(
         itertools.islice(
@@ -84,12 +86,14 @@ def _tick(schedule: Schedule, now: dt.datetime) -> int:
         )
     )
     following = next(occurrences_after(schedule, due[-1]))
-    return _handle(schedule, cursor, due, following, now)
+    return _handle(schedule, cursor, due, following, now, busy)
 
 
-def _tick_fixed_delay(schedule: Schedule, cursor: dt.datetime | None, now: dt.datetime) -> int:
+def _tick_fixed_delay(
+    schedule: Schedule, cursor: dt.datetime | None, now: dt.datetime, busy: set[int]
+) -> int:
     if cursor is None:
-        if _previous_unfinished(schedule):
+        if schedule.pk in busy:
             return 0  # the next run is due an interval after this one ends
         last_end = _last_end(schedule)
         last_occurrence = (
@@ -109,7 +113,7 @@ def _tick_fixed_delay(schedule: Schedule, cursor: dt.datetime | None, now: dt.da
             return 0
         cursor = following
     # After this run, the cursor waits (None) until the run has ended.
-    return _handle(schedule, cursor, [cursor], None, now)
+    return _handle(schedule, cursor, [cursor], None, now, busy)
 
 
 def _handle(
@@ -118,6 +122,7 @@ def _handle(
     due: list[dt.datetime],
     following: dt.datetime | None,
     now: dt.datetime,
+    busy: set[int],
 ) -> int:
     decision = decide(
         due,
@@ -125,7 +130,7 @@ def _handle(
         grace=schedule.misfire_grace,
         misfire=schedule.misfire_policy,
         overlap=schedule.overlap_policy,
-        previous_unfinished=_previous_unfinished(schedule),
+        previous_unfinished=schedule.pk in busy,
         more_due=following is not None and following <= now,
     )
     if schedule.kind == Schedule.Kind.FIXED_DELAY and not decision.enqueue:
@@ -195,23 +200,28 @@ def _move_cursor(
     return True
 
 
-def _previous_unfinished(schedule: Schedule) -> bool:
-    """Whether a run of ``schedule`` is pending or running, however old its occurrence.
+def _schedules_with_unfinished_runs() -> set[int]:
+    """Return the ids of the schedules with a run pending or running, however old its
+    occurrence: once per tick, for the overlap policy and fixed-delay waits.
 
-    Two reads, the small set first: every schedule's unfinished runs (a partial index
-    of a few entries), then which of them are this schedule's. As one join, the planner
-    may walk every occurrence the schedule has kept instead.
+    Two reads, the small set first: every schedule's unfinished runs (a partial index of
+    a few entries), then whose they are. As one join, the planner may walk every
+    occurrence kept instead.
     """
     unfinished = list(
         Job.objects.unfinished()
         .filter(unique_key__startswith=OCCURRENCE_KEY_PREFIX)
+        .order_by()
         .values_list("pk", flat=True)
     )
-    occurrences = ScheduleOccurrence.objects.filter(schedule=schedule)
-    return any(
-        occurrences.filter(job__in=unfinished[start : start + IN_LIST_SIZE]).exists()
-        for start in range(0, len(unfinished), IN_LIST_SIZE)
-    )
+    busy: set[int] = set()
+    for start in range(0, len(unfinished), IN_LIST_SIZE):
+        busy.update(
+            ScheduleOccurrence.objects.filter(job__in=unfinished[start : start + IN_LIST_SIZE])
+            .order_by()
+            .values_list("schedule_id", flat=True)
+        )
+    return busy
 
 
 def _last_end(schedule: Schedule) -> dt.datetime | None:
