@@ -98,6 +98,13 @@ class ScheduleOccurrenceAdmin(admin.ModelAdmin):
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
 
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The runs are part of their schedule: whoever may see schedules may see them
+        # (the schedule page links here).
+        return super().has_view_permission(request, obj) or self.admin_site.get_model_admin(
+            Schedule
+        ).has_view_permission(request)
+
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 

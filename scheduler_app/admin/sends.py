@@ -538,9 +538,9 @@ class RecipientAdmin(admin.ModelAdmin):
     list_filter = ["status", "is_seed"]
     search_fields = ["address", "=recipient_key"]
     search_help_text = (
-        "A whole address (name@domain) finds that address, in any case. Anything else finds "
-        "the addresses that contain it and the recipient keys equal to it, which reads every "
-        "recipient ever sent."
+        "A whole address (name@domain) finds that address, in any case. Anything else, or "
+        "an address no recipient has, finds the addresses that contain it and the recipient "
+        "keys equal to it, which reads every recipient ever sent."
     )
     list_select_related = ["batch"]
     raw_id_fields = ["batch"]
@@ -555,8 +555,11 @@ class RecipientAdmin(admin.ModelAdmin):
         term = search_term.strip()
         local, _, domain = term.rpartition("@")
         if local and domain and not any(c.isspace() for c in term):
-            # One look-up in the UPPER(address) index.
-            return queryset.filter(address__iexact=term), False
+            # One look-up in the UPPER(address) index; only if it finds nothing, the search
+            # of every recipient (part of an address, a key with an @ in it).
+            found = queryset.filter(address__iexact=term)
+            if found.exists():
+                return found, False
         return super().get_search_results(request, queryset, search_term)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:

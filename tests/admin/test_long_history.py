@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.admin.schedules import LAST_RUNS
 from scheduler_app.models import Job, Recipient, Schedule, ScheduleOccurrence, SendBatch
-from tests.admin.conftest import change, changelist, get
+from tests.admin.conftest import change, changelist, client_for, get
 from tests.helpers import rows_read
 
 pytestmark = pytest.mark.django_db
@@ -240,3 +240,23 @@ def _choices(response, title: str) -> set[str]:
     """Return the values the list filter ``title`` offers (besides "All")."""
     (spec,) = [s for s in response.context["cl"].filter_specs if s.title == title]
     return {choice["display"] for choice in spec.choices(response.context["cl"])} - {"All"}
+
+
+def test_an_address_no_recipient_has_is_searched_as_part_of_addresses(admin):
+    sent_recipients(12)
+
+    response = get(admin, changelist("recipient"), {"q": "r1@example.com"})
+
+    assert [r.address for r in response.context["cl"].result_list] == ["customer1@example.com"]
+
+
+def test_whoever_may_see_schedules_may_follow_the_link_to_all_their_runs(staff):
+    schedule = schedule_with_runs(3)
+    viewer = client_for(staff("viewer", "view_schedule"))
+
+    page = get(viewer, change("schedule", schedule.pk))
+    everything = get(viewer, changelist("scheduleoccurrence"), {"schedule__id__exact": schedule.pk})
+
+    assert page.status_code == everything.status_code == 200
+    assert len(everything.context["cl"].result_list) == 3
+    assert get(client_for(staff("nobody")), changelist("scheduleoccurrence")).status_code == 403
