@@ -1,14 +1,14 @@
 import django.db.models.functions.text
 from django.db import migrations, models
 
-from scheduler_app.db.indexes import AddIndexConcurrently, RemoveIndexConcurrently
+from scheduler_app.db.indexes import AddIndexConcurrently
 
 
 class Migration(migrations.Migration):
     # The admin's exact-address search compares UPPER(address) (any case), which the plain
     # address index cannot serve: each search read every recipient. The new index takes
-    # the old one's place, one entry per recipient as before. Built CONCURRENTLY, which
-    # cannot run in a transaction: lanes keep marking meanwhile; the old index goes after.
+    # the old one's place (0022 drops it), one entry per recipient as before. Built
+    # CONCURRENTLY, which cannot run in a transaction: lanes keep marking meanwhile.
     atomic = False
 
     dependencies = [
@@ -22,9 +22,5 @@ class Migration(migrations.Migration):
                 django.db.models.functions.text.Upper("address"),
                 name="scheduler_recipient_address_ci",
             ),
-        ),
-        RemoveIndexConcurrently(
-            model_name="recipient",
-            name="scheduler_recipient_address",
         ),
     ]

@@ -37,7 +37,7 @@ def test_migrate_again_builds_an_index_an_interrupted_build_left_invalid():
     assert "WHERE (NOT ((provider_message_id)::text = ''::text))" in definition  # 0017's
 
 
-def test_migration_0021_swaps_the_address_index_forwards_and_back():
+def test_migrations_0021_and_0022_swap_the_address_index_forwards_and_back():
     def address_indexes() -> dict[str, str]:
         with psycopg.connect(url) as db:
             rows = db.execute(
@@ -47,7 +47,7 @@ def test_migration_0021_swaps_the_address_index_forwards_and_back():
         return dict(rows)
 
     with scratch_database("address") as url:
-        migrate_database(url, "scheduler_app", "0021")
+        migrate_database(url, "scheduler_app", "0022")
         after = address_indexes()
         migrate_database(url, "scheduler_app", "0020")
         before = address_indexes()

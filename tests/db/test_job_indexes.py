@@ -1,8 +1,8 @@
 """Every index on the job table that covers a row is written when a claim or a finish
 changes the row (neither is a HOT update): only the indexes a claimed job needs may
 cover it (issue #14: the cost of each job). Migrations 0016, which slims them, 0019,
-which adds one for schedules' unfinished runs, and 0022, which widens the task index to
-cancelled jobs, run forwards and backwards on a database of their own."""
+which adds one for schedules' unfinished runs, and 0023-0024, which widen the task index
+to cancelled jobs, run forwards and backwards on a database of their own."""
 
 from __future__ import annotations
 
@@ -105,8 +105,8 @@ def test_migration_0019_adds_the_unfinished_runs_index_forwards_and_drops_it_bac
     assert before - after == set()
 
 
-def test_migration_0022_widens_the_task_index_to_cancelled_jobs_forwards_and_back():
-    before, after = job_indexes_at("0021", "0022")
+def test_migrations_0023_and_0024_widen_the_task_index_to_cancelled_jobs_and_back():
+    before, after = job_indexes_at("0022", "0024")
 
     assert after - before == {"scheduler_job_task_ends"}
     assert before - after == {"scheduler_job_task_outcomes"}
