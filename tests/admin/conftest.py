@@ -113,6 +113,10 @@ def form_data(page: Any) -> dict[str, Any]:
         management = inline.formset.management_form
         for name in management.fields:
             data[management.add_prefix(name)] = management[name].value()
+        for inline_form in inline.formset.forms:
+            for field in inline_form:
+                if field.is_hidden and field.value() is not None:  # the row's id, its parent
+                    data[field.html_name] = field.value()
     return data
 
 

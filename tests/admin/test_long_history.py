@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.admin.schedules import LAST_RUNS
 from scheduler_app.models import Job, Recipient, Schedule, ScheduleOccurrence, SendBatch
-from tests.admin.conftest import change, changelist, client_for, get
+from tests.admin.conftest import change, changelist, client_for, form_data, get
 from tests.helpers import rows_read
 
 pytestmark = pytest.mark.django_db
@@ -260,3 +260,15 @@ def test_whoever_may_see_schedules_may_follow_the_link_to_all_their_runs(staff):
     assert page.status_code == everything.status_code == 200
     assert len(everything.context["cl"].result_list) == 3
     assert get(client_for(staff("nobody")), changelist("scheduleoccurrence")).status_code == 403
+
+
+def test_a_schedule_with_more_runs_than_its_page_lists_is_saved(admin):
+    schedule = schedule_with_runs(LAST_RUNS + 5)
+    data = form_data(admin.get(change("schedule", schedule.pk)))
+    assert "occurrences-0-id" in data  # as a browser sends the listed runs back
+    data["payload"] = '{"saved": true}'
+
+    response = admin.post(change("schedule", schedule.pk), data)
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Schedule.objects.get(pk=schedule.pk).payload == {"saved": True}
