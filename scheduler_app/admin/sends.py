@@ -537,11 +537,6 @@ class RecipientAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "is_seed"]
     search_fields = ["address", "=recipient_key"]
-    search_help_text = (
-        "A whole address (name@domain) finds that address, in any case. Anything else, or "
-        "an address no recipient has, finds the addresses that contain it and the recipient "
-        "keys equal to it, which reads every recipient ever sent."
-    )
     list_select_related = ["batch"]
     raw_id_fields = ["batch"]
     # A page load reads a bounded number of rows, however many recipients were ever sent.
