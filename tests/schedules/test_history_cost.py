@@ -27,14 +27,18 @@ pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
 T0 = utc(2026, 6, 1, 10, 0)
 RUNS = 3000
+#: Jobs of other tasks, finished and pending: as in production, the history kept is much
+#: longer than the backlog (the planner reads a small table whole, index or not).
+OTHERS_FINISHED = 30000
+OTHERS_PENDING = 300
 NOW = T0 + RUNS * MINUTE
 #: The rows and index entries a tick may visit in one query, at any history size.
 HANDFUL = 20
 
 
 def schedule_with_history(last_status: str = Status.SUCCEEDED) -> Schedule:
-    """A fixed-delay schedule of RUNS one-minute runs, the last one ``last_status``, and as
-    many jobs of other tasks pending; its cursor waits for the last run to end."""
+    """A fixed-delay schedule of RUNS one-minute runs, the last one ``last_status``, among
+    the jobs of other tasks; its cursor waits for the last run to end."""
     schedule = make_schedule(
         "history", kind=Schedule.Kind.FIXED_DELAY, interval=MINUTE, start_at=T0
     )
@@ -64,7 +68,19 @@ def schedule_with_history(last_status: str = Status.SUCCEEDED) -> Schedule:
         for at, job in zip(starts, jobs, strict=True)
     )
     Job.objects.bulk_create(
-        Job(task_name="tests.record", scheduled_for=NOW, run_at=NOW) for _ in range(RUNS)
+        Job(
+            task_name="tests.record",
+            status=Status.SUCCEEDED,
+            scheduled_for=T0,
+            run_at=T0,
+            attempts=1,
+            started_at=T0,
+            finished_at=T0,
+        )
+        for _ in range(OTHERS_FINISHED)
+    )
+    Job.objects.bulk_create(
+        Job(task_name="tests.record", scheduled_for=NOW, run_at=NOW) for _ in range(OTHERS_PENDING)
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE scheduler_app_job")
