@@ -63,9 +63,13 @@ def lateness(occurrence: ScheduleOccurrence) -> str:
 class LatestOccurrencesFormSet(BaseInlineFormSet):
     """Only a schedule's LAST_RUNS latest occurrences, whatever its history."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.queryset = self.queryset[:LAST_RUNS]
+    def get_queryset(self) -> QuerySet:
+        # Sliced once ordered: the formset orders its queryset first (Django 6 adds the
+        # primary key to an ordering it cannot prove total), and a slice cannot be reordered.
+        queryset = super().get_queryset()
+        if not queryset.query.is_sliced:
+            queryset = self._queryset = queryset[:LAST_RUNS]
+        return queryset
 
 
 class OccurrenceInline(admin.TabularInline):
