@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.db import database_now, notify_jobs_scheduled
+from scheduler_app.db import database_now, in_lists, notify_jobs_scheduled
 from scheduler_app.exceptions import (
     InvalidPayload,
     InvalidSchedule,
@@ -42,8 +42,6 @@ SMALLINT_RANGE = range(-32768, 32768)
 #: Every run time is before this: far enough from datetime.max that no time
 #: zone or later arithmetic (retries, jitter) can overflow.
 LATEST_RUN_AT = dt.datetime(9000, 1, 1, tzinfo=dt.UTC)
-# How many unique keys one look-up query names.
-LOOKUP_CHUNK = 500
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -387,6 +385,6 @@ def _unfinished_with_keys(jobs: Sequence[Job]) -> list[Job]:
     keys = [job.unique_key for job in jobs]
     unfinished = Job.objects.unfinished().filter(task_name=jobs[0].task_name)
     found: list[Job] = []
-    for start in range(0, len(keys), LOOKUP_CHUNK):
-        found.extend(unfinished.filter(unique_key__in=keys[start : start + LOOKUP_CHUNK]))
+    for some in in_lists(keys):
+        found.extend(unfinished.filter(unique_key__in=some))
     return found

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,16 @@ from django.db.models import DateTimeField, Expression
 
 if TYPE_CHECKING:
     from scheduler_app.models import Job
+
+
+#: Values per ``IN (...)`` list: SQLite allows only so many parameters in one query.
+IN_LIST_SIZE = 500
+
+
+def in_lists(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    """Split ``values`` into ``IN (...)`` lists of at most IN_LIST_SIZE values."""
+    for start in range(0, len(values), IN_LIST_SIZE):
+        yield values[start : start + IN_LIST_SIZE]
 
 
 def backend() -> ModuleType:

@@ -18,6 +18,7 @@ import logging
 from django.db import InterfaceError, OperationalError, connection, transaction
 
 from scheduler_app import clock
+from scheduler_app.db import in_lists
 from scheduler_app.exceptions import SchedulerError
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
 from scheduler_app.models.jobs import OCCURRENCE_KEY_PREFIX
@@ -30,8 +31,6 @@ logger = logging.getLogger("scheduler_app.schedules")
 #: At most this many occurrences are looked at per schedule and tick; a
 #: longer backlog is worked through over the following ticks.
 MAX_OCCURRENCES_PER_TICK = 1000
-#: Job ids per ``IN (...)`` list: SQLite allows a few thousand parameters per query.
-IN_LIST_SIZE = 500
 
 
 def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
@@ -215,9 +214,9 @@ def _schedules_with_unfinished_runs() -> set[int]:
         .values_list("pk", flat=True)
     )
     busy: set[int] = set()
-    for start in range(0, len(unfinished), IN_LIST_SIZE):
+    for some in in_lists(unfinished):
         busy.update(
-            ScheduleOccurrence.objects.filter(job__in=unfinished[start : start + IN_LIST_SIZE])
+            ScheduleOccurrence.objects.filter(job__in=some)
             .order_by()
             .values_list("schedule_id", flat=True)
         )
