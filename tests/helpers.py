@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,19 @@ def rows_read(sql: str, params: Any = None) -> int:
         return own + sum(visited(child) for child in node.get("Plans", ()))
 
     return visited(plan["Plan"])
+
+
+def reads_of(queries: Iterable[dict[str, Any]], *tables: str) -> list[tuple[int, str]]:
+    """Return (rows_read(), sql) of each SELECT among ``queries`` (a CaptureQueriesContext)
+    that names one of ``tables`` (or a part of a table name), most rows first."""
+    return sorted(
+        (
+            (rows_read(query["sql"]), query["sql"])
+            for query in queries
+            if query["sql"].startswith("SELECT") and any(table in query["sql"] for table in tables)
+        ),
+        reverse=True,
+    )
 
 
 def wait_until(

@@ -18,7 +18,7 @@ from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.admin.schedules import LAST_RUNS
 from scheduler_app.models import Job, Recipient, Schedule, ScheduleOccurrence, SendBatch
 from tests.admin.conftest import change, changelist, client_for, form_data, get
-from tests.helpers import rows_read
+from tests.helpers import reads_of
 
 pytestmark = pytest.mark.django_db
 
@@ -83,13 +83,9 @@ def page_reads(client, url: str, data: dict | None = None) -> list[tuple[int, st
     with CaptureQueriesContext(connection) as queries:
         response = get(client, url, data)
     assert response.status_code == 200
-    reads = [
-        (rows_read(query["sql"]), query["sql"])
-        for query in queries
-        if query["sql"].startswith("SELECT") and "scheduler_app_" in query["sql"]
-    ]
+    reads = reads_of(queries, "scheduler_app_")
     assert reads
-    return sorted(reads, reverse=True)
+    return reads
 
 
 # -- cost, on PostgreSQL --------------------------------------------------------------------

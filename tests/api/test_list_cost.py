@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduler_app.models import Job
 from tests.api.conftest import client_for
-from tests.helpers import rows_read
+from tests.helpers import reads_of
 
 pytestmark = pytest.mark.django_db
 
@@ -48,12 +48,7 @@ def test_listing_a_rare_task_reads_its_jobs_not_the_history(operator):
         response = client_for(operator).get("/api/jobs/", {"task": RARE})
 
     assert response.status_code == 200
-    reads = [
-        (rows_read(query["sql"]), query["sql"])
-        for query in queries
-        if query["sql"].startswith("SELECT") and "scheduler_app_job" in query["sql"]
-    ]
-    (most, sql), *_ = sorted(reads, reverse=True)
+    (most, sql), *_ = reads_of(queries, "scheduler_app_job")
     assert most <= 20, sql
 
 

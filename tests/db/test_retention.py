@@ -32,7 +32,7 @@ from scheduler_app.models import (
 from scheduler_app.retention import PRUNE_SCHEDULE_NAME, PRUNE_TASK, prune
 from scheduler_app.schedules.declared import declared_schedules
 from scheduler_app.sends.batches import seed_send
-from tests.helpers import rows_read, running_worker, wait_for_status
+from tests.helpers import reads_of, running_worker, wait_for_status
 
 T0 = dt.datetime(2026, 3, 2, 3, 30, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -356,12 +356,8 @@ def test_contexts_blanked_once_are_not_read_again():
 
     assert run.counts["recipient_contexts"] == 3
     assert contexts(newly_old) == ["{}"] * 3
-    reads = [
-        rows_read(query["sql"])
-        for query in queries
-        if query["sql"].startswith("SELECT") and Recipient._meta.db_table in query["sql"]
-    ]
-    assert reads and max(reads) < 100, reads
+    reads = reads_of(queries, Recipient._meta.db_table)
+    assert reads and reads[0][0] < 100, reads
     blanked.refresh_from_db()
     assert blanked.contexts_blanked_at is not None
 

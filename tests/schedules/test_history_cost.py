@@ -20,7 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
 from scheduler_app.schedules.enqueuer import enqueue_due_occurrences, occurrence_key
-from tests.helpers import indexes_covering, rows_read
+from tests.helpers import indexes_covering, reads_of
 from tests.schedules.steps import MINUTE, TASK, Status, make_schedule, utc
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
@@ -93,14 +93,9 @@ def tick_reads() -> list[tuple[int, str]]:
     the rows it visits, most first."""
     with frozen_clock(NOW), CaptureQueriesContext(connection) as queries:
         enqueue_due_occurrences()
-    reads = [
-        (rows_read(query["sql"]), query["sql"])
-        for query in queries
-        if query["sql"].startswith("SELECT")
-        and ("scheduler_app_job" in query["sql"] or "scheduleoccurrence" in query["sql"])
-    ]
+    reads = reads_of(queries, "scheduler_app_job", "scheduleoccurrence")
     assert reads, "the tick asked nothing about runs"
-    return sorted(reads, reverse=True)
+    return reads
 
 
 def test_a_tick_waiting_for_a_run_reads_a_handful_of_rows():
