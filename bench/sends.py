@@ -168,18 +168,8 @@ def populate(audience: int, recipients: int) -> float:
 
 # -- (a) freeze ----------------------------------------------------------------------------
 
-#: Bench-only variants of the freeze, to compare with the app's statement: de-duplicated
-#: in the SELECT only (DISTINCT ON the key, sorted, plain INSERT: what the app's statement
-#: does since #14, which also skips a batch already frozen), and by ON CONFLICT only (the
-#: app's statement before #14).
-FREEZE_DISTINCT = """
-INSERT INTO {table} (batch_id, recipient_key, address, timezone, context, is_seed, status,
-                     attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
-SELECT DISTINCT ON (a.sa_key::text) %s, a.sa_key::text, COALESCE(a.sa_address::text, ''),
-       COALESCE(a.sa_timezone::text, ''), a.sa_context, false, 'pending', 0, now(), '', '', ''
-FROM ({select}) AS a
-ORDER BY a.sa_key::text
-"""
+#: The app's statement before #14, to compare with today's: de-duplicated by ON CONFLICT
+#: only, unsorted (the app's statement now de-duplicates and sorts in the SELECT).
 FREEZE_ON_CONFLICT = """
 INSERT INTO {table} (batch_id, recipient_key, address, timezone, context, is_seed, status,
                      attempts, next_attempt_at, claimed_by, provider_message_id, last_error)
@@ -199,10 +189,11 @@ def own_backend_pid() -> int:
         return cursor.fetchone()[0]
 
 
-def compare_dedup(batch_id: int, query) -> dict:
-    """Time the bench-only freezes and the app's, each in a transaction rolled back:
-    de-duplicated in the SELECT only, by ON CONFLICT only (the app's statement before
-    #14), and the app's freeze().
+def compare_freezes(batch_id: int, query) -> dict:
+    """Time the freeze three ways, each in a transaction rolled back: the app's statement
+    before #14 (ON CONFLICT only), the app's freeze(), and the app's freeze() with the
+    recipient table's foreign key to the batch dropped (inside the transaction, so the
+    rollback restores it): what the per-row check of that key costs.
 
     Each starts on an empty table (TRUNCATE: a rolled-back freeze leaves its rows and
     index entries dead, which the next one would have to step over) and runs the
@@ -212,20 +203,34 @@ def compare_dedup(batch_id: int, query) -> dict:
     from django.db import connection, transaction
 
     from scheduler_app import clock
-    from scheduler_app.models import Recipient
+    from scheduler_app.models import Recipient, SendBatch
     from scheduler_app.sends.audience import freeze
 
     select_sql, params = query.frozen_rows().order_by().query.sql_with_params()
     table = Recipient._meta.db_table
     times = {}
     backend = own_backend_pid()
-    variants = {"select_distinct": FREEZE_DISTINCT, "on_conflict": FREEZE_ON_CONFLICT, "app": None}
-    for name, sql in variants.items():
+    with connection.cursor() as cursor:
+        foreign_keys = [
+            name
+            for name, constraint in connection.introspection.get_constraints(cursor, table).items()
+            if constraint["foreign_key"] == (SendBatch._meta.db_table, "id")
+        ]
+    drop_fk = ["ALTER TABLE %s DROP CONSTRAINT %s" % (table, name) for name in foreign_keys]
+    variants = {
+        "on_conflict": (FREEZE_ON_CONFLICT, []),
+        "app": (None, []),
+        "app_no_fk": (None, drop_fk),
+    }
+    for name, (sql, before) in variants.items():
         with connection.cursor() as cursor:
             cursor.execute("TRUNCATE %s CASCADE" % table)
-        started = time.perf_counter()
-        cpu0 = process_cpu(backend)
         with transaction.atomic():
+            with connection.cursor() as cursor:
+                for statement in before:
+                    cursor.execute(statement)
+            started = time.perf_counter()
+            cpu0 = process_cpu(backend)
             if sql is None:
                 freeze(batch_id, query, next_attempt_at=clock.now())
             with connection.cursor() as cursor:
@@ -257,7 +262,7 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
         rate_limit_key="noop",
     )
     query = get_audience(batch.audience, batch.audience_params)
-    dedup = compare_dedup(batch.pk, query)
+    ways = compare_freezes(batch.pk, query)
     backend = own_backend_pid()
     cpu0 = process_cpu(backend)
     started = time.perf_counter()
@@ -295,7 +300,7 @@ def bench_freeze(audience: int, *, history: bool) -> dict:
         "backend_cpu_s": backend_cpu,
         "table_mb": size / 1024 / 1024,
         "heap_mb": heap / 1024 / 1024,
-        "dedup": dedup,
+        "ways": ways,
     }
 
 
@@ -605,17 +610,17 @@ def write_results(
             freeze["heap_mb"],
             populate_s,
         ),
-        "| (a) de-duplication, each on an empty table, foreign keys checked, rolled back, "
-        "before (a), in this order (its backend's CPU) | DISTINCT ON the key in the SELECT, "
-        "plain INSERT %.2f s (%.2f s); ON CONFLICT only (the freeze before #14) %.2f s "
-        "(%.2f s); the app's freeze() %.2f s (%.2f s) |"
+        "| (a) the freeze three ways, each on an empty table, foreign keys checked, rolled "
+        "back, before (a), in this order (its backend's CPU) | ON CONFLICT only (the freeze "
+        "before #14) %.2f s (%.2f s); the app's freeze() %.2f s (%.2f s); the app's freeze() "
+        "without the foreign key to the batch %.2f s (%.2f s) |"
         % (
-            freeze["dedup"]["select_distinct"],
-            freeze["dedup"]["select_distinct_cpu"],
-            freeze["dedup"]["on_conflict"],
-            freeze["dedup"]["on_conflict_cpu"],
-            freeze["dedup"]["app"],
-            freeze["dedup"]["app_cpu"],
+            freeze["ways"]["on_conflict"],
+            freeze["ways"]["on_conflict_cpu"],
+            freeze["ways"]["app"],
+            freeze["ways"]["app_cpu"],
+            freeze["ways"]["app_no_fk"],
+            freeze["ways"]["app_no_fk_cpu"],
         ),
         "| (b) send of %s recipients, noop provider, %s runworker processes | "
         "**%.0f recipients/s** end to end (%.2f s from the schedule's commit to finished_at; "
@@ -720,7 +725,7 @@ def main() -> None:
             freeze["freeze_s"],
             freeze["rows_s"],
             freeze["backend_cpu_s"],
-            " ".join("%s=%.2f" % kv for kv in freeze["dedup"].items()),
+            " ".join("%s=%.2f" % kv for kv in freeze["ways"].items()),
         ),
         flush=True,
     )
