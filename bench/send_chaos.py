@@ -121,14 +121,16 @@ def run_smtpd(port: int, path: str) -> None:
 
     # Clients SIGKILLed mid-session make aiosmtpd log connection resets: expected here.
     logging.getLogger("mail.log").setLevel(logging.CRITICAL)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Wait for SIGTERM with no handler: a handler setting an Event can wait for ever on
+    # the Event's lock, held by the thread it interrupted (see worker.shutdown). Blocked
+    # before the controller's thread starts, so that thread inherits the mask.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     controller = Controller(
         RecordingHandler(path), hostname="127.0.0.1", port=port, server_hostname="bench-smtp"
     )
     controller.start()
     print("smtp ready port=%s" % port, flush=True)
-    stop.wait()
+    signal.sigwait({signal.SIGTERM})
     controller.stop()
 
 
