@@ -8,9 +8,8 @@ import shutil
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent.parent
+from tests.helpers import REPO
 
 
 def test_start_script_refuses_a_port_in_use_and_says_how_to_pick_another(tmp_path):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO
 
 # Event.wait() and Event.clear() hold the event's internal lock on the calling
 # thread; the worker's main thread calls both on its wake event every turn. A
