@@ -1,4 +1,6 @@
-from django.db import migrations, router
+from django.db import migrations
+
+from scheduler_app.db.storage import SetStorageParameters
 
 #: Vacuum the job table after a fixed number of dead rows, not a fifth of the table, and
 #: clean its indexes each time: PostgreSQL skips the index pass when under 2 % of the
@@ -8,26 +10,6 @@ AUTOVACUUM = {
     "autovacuum_vacuum_threshold": "10000",
     "vacuum_index_cleanup": "on",
 }
-
-
-def _alter(apps, schema_editor, clause):
-    job = apps.get_model("scheduler_app", "Job")
-    alias = schema_editor.connection.alias
-    if schema_editor.connection.vendor != "postgresql" or not router.allow_migrate_model(
-        alias, job
-    ):
-        return
-    table = schema_editor.quote_name(job._meta.db_table)
-    schema_editor.execute("ALTER TABLE %s %s" % (table, clause))
-
-
-def vacuum_by_dead_rows(apps, schema_editor):
-    settings = ", ".join("%s = %s" % item for item in AUTOVACUUM.items())
-    _alter(apps, schema_editor, "SET (%s)" % settings)
-
-
-def vacuum_by_table_share(apps, schema_editor):
-    _alter(apps, schema_editor, "RESET (%s)" % ", ".join(AUTOVACUUM))
 
 
 class Migration(migrations.Migration):
@@ -45,5 +27,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(vacuum_by_dead_rows, vacuum_by_table_share, elidable=False),
+        SetStorageParameters("job", AUTOVACUUM),
     ]

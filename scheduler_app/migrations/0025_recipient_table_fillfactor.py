@@ -1,26 +1,9 @@
-from django.db import migrations, router
+from django.db import migrations
+
+from scheduler_app.db.storage import SetStorageParameters
 
 #: Room on each page of a frozen audience for about one more version of each of its rows.
 FILLFACTOR = 50
-
-
-def _alter(apps, schema_editor, clause):
-    recipient = apps.get_model("scheduler_app", "Recipient")
-    alias = schema_editor.connection.alias
-    if schema_editor.connection.vendor != "postgresql" or not router.allow_migrate_model(
-        alias, recipient
-    ):
-        return
-    table = schema_editor.quote_name(recipient._meta.db_table)
-    schema_editor.execute("ALTER TABLE %s %s" % (table, clause))
-
-
-def leave_room_on_pages(apps, schema_editor):
-    _alter(apps, schema_editor, "SET (fillfactor = %d)" % FILLFACTOR)
-
-
-def pack_pages_full(apps, schema_editor):
-    _alter(apps, schema_editor, "RESET (fillfactor)")
 
 
 class Migration(migrations.Migration):
@@ -40,5 +23,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunPython(leave_room_on_pages, pack_pages_full, elidable=False),
+        SetStorageParameters("recipient", {"fillfactor": FILLFACTOR}),
     ]
