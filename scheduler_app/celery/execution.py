@@ -114,7 +114,7 @@ def run(job: ClaimedJob) -> Finish:
 def record(finish: Finish, *, worker_id: str) -> str:
     """Record ``finish`` fenced by its token; send job_failed as runworker does."""
     job = finish.job
-    if job.id not in record_one(finish, worker=worker_id):
+    if job.fence not in record_one(finish, worker=worker_id):
         logger.warning(
             "stale completion discarded job=%s task=%s attempt=%s: lease lost, the job was "
             "rescued or claimed again",

@@ -114,21 +114,22 @@ WITH v AS (
     FROM v
     WHERE j.id = ANY(%s::bigint[]) AND j.id = v.id AND j.lease_token = v.token
       AND (j.status = 'running') IS TRUE
-    RETURNING j.id
+    RETURNING j.id, j.lease_token AS token
 ), recorded AS (
     INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at,
                            finished_at, outcome, error)
     SELECT v.id, v.attempt, v.task_name, %s, v.due_at, v.started_at, v.finished_at, v.outcome,
            v.error
-    FROM v JOIN done ON done.id = v.id
+    FROM v JOIN done ON done.id = v.id AND done.token = v.token
     WHERE v.history
 )
-SELECT id FROM done
+SELECT id, token FROM done
 """
 """Record many finished attempts in one statement. The rows come as one JSON array of
 objects (see _finish_params): one parameter to encode instead of fifteen arrays, whose
 element-by-element encoding was the worker's largest cost per job. The lease_token guard
-fences out a worker whose lease expired: its rows match nothing. Rows are found
+fences out a worker whose lease expired: its rows match nothing, and write no
+history row even beside the current attempt's outcome of the same job. Rows are found
 by primary key (``j.id = ANY(ids)``); the status guard is written ``IS TRUE`` so
 that it implies no partial index's predicate, or the planner may scan one of them
 (every pending job) instead. An attempt-history row is written only where
@@ -199,13 +200,14 @@ def _claim_params(
     }
 
 
-def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
-    """Apply finish rows (see worker.execution.Finish.as_row); return the job ids accepted."""
+def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[tuple[int, int]]:
+    """Apply finish rows (see worker.execution.Finish.as_row); return the (job id, lease
+    token) of each outcome accepted."""
     if not rows:
         return set()
     with bound_cursor() as cursor:
         cursor.execute(FINISH, _finish_params(rows, worker))
-        return {row[0] for row in cursor.fetchall()}
+        return {(job_id, token) for job_id, token in cursor.fetchall()}
 
 
 #: The columns of a finish row (worker.execution.Finish.as_row), as FINISH names them.
@@ -265,8 +267,9 @@ def finish_and_claim(
     now: dt.datetime,
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
-) -> tuple[set[int], list[tuple]]:
-    """finish_jobs(rows) and CLAIM in one round trip; return (accepted ids, claimed rows).
+) -> tuple[set[tuple[int, int]], list[tuple]]:
+    """finish_jobs(rows) and CLAIM in one round trip; return (accepted, claimed rows), where
+    accepted is as finish_jobs() returns it.
 
     With no ``rows`` it is only the claim (claim_jobs() is that).
 
@@ -318,7 +321,7 @@ def _stale_plan(exc: NotSupportedError) -> bool:
 
 def _finish_and_claim(
     raw: psycopg.Connection, finish: list | None, claim: dict
-) -> tuple[set[int], list[tuple]]:
+) -> tuple[set[tuple[int, int]], list[tuple]]:
     with (
         connection.wrap_database_errors,
         psycopg.Cursor(raw) as finishing,
@@ -334,7 +337,11 @@ def _finish_and_claim(
             setting.execute(AFTER_CLAIM, prepare=True)
         # Read once the pipeline has ended: a fetch inside it sends a sync of its own, and
         # the end of the block another, which cost a second round trip on every turn.
-        accepted = {row[0] for row in finishing.fetchall()} if finish is not None else set()
+        accepted = (
+            {(job_id, token) for job_id, token in finishing.fetchall()}
+            if finish is not None
+            else set()
+        )
         return accepted, claiming.fetchall()
 
 

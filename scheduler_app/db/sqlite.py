@@ -100,8 +100,9 @@ def claim_jobs(
     return [_convert(row) for row in rows]
 
 
-def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
-    """Apply finish rows (see worker.execution.Finish.as_row); return the job ids accepted."""
+def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[tuple[int, int]]:
+    """Apply finish rows (see worker.execution.Finish.as_row); return the (job id, lease
+    token) of each outcome accepted."""
     adapt = connection.ops.adapt_datetimefield_value
     accepted = set()
     with transaction.atomic(), connection.cursor() as cursor:
@@ -139,7 +140,7 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[int]:
             )
             if not cursor.rowcount:
                 continue
-            accepted.add(job_id)
+            accepted.add((job_id, token))
             if history:
                 cursor.execute(
                     INSERT_ATTEMPT,
@@ -167,7 +168,7 @@ def finish_and_claim(
     now: dt.datetime,
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
-) -> tuple[set[int], list[tuple]]:
+) -> tuple[set[tuple[int, int]], list[tuple]]:
     """finish_jobs(rows), then claim_jobs(...), in one transaction; return (accepted, claimed)."""
     with transaction.atomic():
         accepted = finish_jobs(rows, worker=worker)

@@ -83,6 +83,12 @@ class ClaimedJob:
             started_at=started_at,
         )
 
+    @property
+    def fence(self) -> tuple[int, int]:
+        """(job id, lease token): what finish_jobs() reports an accepted outcome by. Two
+        attempts of one job can reach one batch; only the current token's outcome counts."""
+        return (self.id, self.lease_token)
+
     def context(
         self, should_stop: Callable[[], bool] | None = None, cursors: Cursors | None = None
     ) -> JobContext:

@@ -438,11 +438,11 @@ class Worker:
         self._unflushed = []
         self._settle(finishes, accepted)
 
-    def _settle(self, finishes: list[Finish], accepted: set[int]) -> None:
+    def _settle(self, finishes: list[Finish], accepted: set[tuple[int, int]]) -> None:
         """Count the recorded outcomes and signal failures; report the ones fencing refused."""
         for finish in finishes:
             job = finish.job
-            if job.id not in accepted:
+            if job.fence not in accepted:
                 logger.warning(
                     "stale completion discarded job=%s task=%s attempt=%s: lease lost, "
                     "the job was rescued or claimed again",
@@ -466,7 +466,7 @@ class Worker:
                     sender=Job, job_id=job.id, task_name=job.task_name, error=finish.error
                 )
 
-    def _record(self, finishes: list[Finish]) -> set[int]:
+    def _record(self, finishes: list[Finish]) -> set[tuple[int, int]]:
         """Record outcomes in one statement; if the database refuses it, record them one by one.
 
         Outcomes are made storable before they get here, so a refusal is a
@@ -482,7 +482,7 @@ class Worker:
                 self.id,
                 len(finishes),
             )
-        accepted: set[int] = set()
+        accepted: set[tuple[int, int]] = set()
         for finish in finishes:
             accepted |= record_one(finish, worker=self.id)
         return accepted

@@ -18,15 +18,15 @@ logger = logging.getLogger("scheduler_app.worker")
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 
-def finish_jobs(finishes: list[Finish], *, worker: str) -> set[int]:
-    """Write outcomes in one statement; return the ids whose lease token still held.
+def finish_jobs(finishes: list[Finish], *, worker: str) -> set[tuple[int, int]]:
+    """Write outcomes in one statement; return the fences (ClaimedJob.fence) that held.
 
     A success's cursor proposals are saved in the same transaction, and only
     for the jobs whose outcome the fence accepted.
     """
     rows = [finish.as_row() for finish in finishes]
     proposals = [
-        (finish.job.id, proposal)
+        (finish.job.fence, proposal)
         for finish in finishes
         if finish.status == Job.Status.SUCCEEDED
         for proposal in finish.cursors
@@ -35,12 +35,13 @@ def finish_jobs(finishes: list[Finish], *, worker: str) -> set[int]:
         return backend().finish_jobs(rows, worker=worker)
     with transaction.atomic():
         accepted = backend().finish_jobs(rows, worker=worker)
-        save_cursors((job_id, p) for job_id, p in proposals if job_id in accepted)
+        save_cursors((fence[0], p) for fence, p in proposals if fence in accepted)
     return accepted
 
 
-def record_one(finish: Finish, *, worker: str) -> set[int]:
-    """Record ``finish``; return {job id} if its lease token still held, else an empty set.
+def record_one(finish: Finish, *, worker: str) -> set[tuple[int, int]]:
+    """Record ``finish``; return {its job's fence} if its lease token still held, else an
+    empty set.
 
     If the database refuses the outcome, record it again without its result
     and error text, so the job does not run again for want of a storable

@@ -106,7 +106,7 @@ def test_cancel_after_claim_reports_too_late_and_changes_nothing():
 def test_cancel_finished_job_reports_already_finished(task_name, status):
     job = schedule(task_name)
     finish = execute(claim_one())
-    assert backend().finish_jobs([finish.as_row()], worker="w") == {job.pk}
+    assert backend().finish_jobs([finish.as_row()], worker="w") == {finish.job.fence}
     finished = Job.objects.get(pk=job.pk)
     assert finished.status == status
 

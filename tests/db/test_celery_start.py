@@ -57,7 +57,7 @@ def test_the_relays_token_no_longer_records_an_outcome_once_started():
 def test_a_message_of_a_handed_back_job_is_refused_and_runs_nothing():
     job = schedule("tests.record", {})
     published = publish(job)
-    assert record_one(hand_back(published, "relay stopping"), worker="relay") == {job.pk}
+    assert record_one(hand_back(published, "relay stopping"), worker="relay") == {published.fence}
 
     outcome = run_published(job.pk, published.lease_token, worker_id="celery-a", lease=LEASE)
 

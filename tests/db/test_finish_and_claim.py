@@ -13,6 +13,7 @@ from psycopg import pq
 from scheduler_app import clock, schedule_many
 from scheduler_app.db import backend
 from scheduler_app.models import Job
+from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob, Finish
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,7 +64,7 @@ def test_finish_and_claim_records_outcomes_and_claims_the_next_jobs():
         [succeeded(job) for job in first], **claim_arguments(10)
     )
 
-    assert accepted == {job.id for job in first}
+    assert accepted == {job.fence for job in first}
     assert Job.objects.filter(status=Status.SUCCEEDED).count() == 2
     assert sorted(row[0] for row in rows) == sorted(
         Job.objects.filter(status=Status.RUNNING).values_list("id", flat=True)
@@ -83,6 +84,42 @@ def test_stale_outcomes_are_refused_and_the_claim_still_happens():
     assert len(rows) == 1
 
 
+def rescued_and_claimed_again(job: ClaimedJob) -> ClaimedJob:
+    """Let ``job``'s lease expire, rescue it, and claim it again: its next attempt."""
+    Job.objects.filter(pk=job.id).update(lease_expires_at=clock.now() - dt.timedelta(seconds=1))
+    assert leases.rescue_expired("rescuer") == 1
+    [again] = claim(1)
+    assert (again.id, again.lease_token) == (job.id, job.lease_token + 1)
+    return again
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["finish_jobs", "finish_and_claim"])
+def test_a_stale_outcome_in_the_batch_of_its_jobs_current_one_leaves_no_trace(together):
+    """A worker can hold a stale attempt's outcome and the next attempt's of the same job in
+    one batch (a flush that met a lost connection keeps both). The lease token refuses the
+    stale one: it writes no history row, and only the current attempt is reported accepted."""
+    schedule_many("tests.record", [{}])
+    [stale] = claim(1)
+    current = rescued_and_claimed_again(stale)
+    rows = [
+        retried(stale, run_at=clock.now() + dt.timedelta(minutes=1), error="stale").as_row(),
+        succeeded(current),
+    ]
+
+    if together:
+        accepted, _ = backend().finish_and_claim(rows, **claim_arguments(1))
+    else:
+        accepted = backend().finish_jobs(rows, worker="w")
+
+    stored = Job.objects.get(pk=stale.id)
+    assert (stored.status, stored.attempts, stored.last_error) == (Status.SUCCEEDED, 2, "")
+    assert list(stored.recorded_attempts.order_by("id").values_list("attempt", "outcome")) == [
+        (1, "lease_expired"),
+        (2, "succeeded"),
+    ]
+    assert accepted == {current.fence}
+
+
 @pytest.mark.postgres_only
 def test_finish_and_claim_commit_together_in_one_transaction():
     schedule_many("tests.record", [{}] * 2)
@@ -95,7 +132,7 @@ def test_finish_and_claim_commit_together_in_one_transaction():
             "SELECT id, xmin::text FROM scheduler_app_job WHERE id IN (%s, %s)", [done.id, row[0]]
         )
         xmins = dict(cursor.fetchall())
-    assert accepted == {done.id}
+    assert accepted == {done.fence}
     assert xmins[done.id] == xmins[row[0]]  # written by the same transaction
 
 
@@ -118,7 +155,7 @@ def test_finish_and_claim_wait_for_the_server_once(tmp_path):
         finally:
             raw.pgconn.untrace()
 
-    assert (accepted, len(rows)) == ({job.id for job in done}, 2)
+    assert (accepted, len(rows)) == ({job.fence for job in done}, 2)
     # Each message is a line that starts with who sent it: F (us) or B (the server).
     lines = protocol.read_text().splitlines()
     senders = [line[0] for line in lines if line[:2] in ("F\t", "B\t")]
@@ -166,7 +203,7 @@ def test_outcomes_with_and_without_an_attempt_row_are_recorded_whole_in_one_batc
         [succeeded(first), retry.as_row()], **claim_arguments(0)
     )
 
-    assert accepted == {first.id, second.id}
+    assert accepted == {first.fence, second.fence}
     done = Job.objects.get(pk=first.id)
     assert (done.status, done.worker_id, done.result, done.last_error) == (
         Status.SUCCEEDED,
@@ -205,7 +242,7 @@ def test_outcomes_are_reported_when_there_is_nothing_left_to_claim():
         [succeeded(job) for job in jobs], **claim_arguments(10)
     )
 
-    assert (accepted, rows) == ({job.id for job in jobs}, [])
+    assert (accepted, rows) == ({job.fence for job in jobs}, [])
     assert Job.objects.filter(status=Status.SUCCEEDED).count() == 2
 
 
@@ -221,6 +258,6 @@ def test_a_job_a_retry_makes_due_now_can_be_claimed_again_in_the_same_turn():
         [succeeded(first), now_due.as_row()], **claim_arguments(10)
     )
 
-    assert accepted == {first.id, second.id}
+    assert accepted == {first.fence, second.fence}
     assert [row[0] for row in rows] == [second.id]
     assert Job.objects.get(pk=second.id).status == Status.RUNNING

@@ -65,7 +65,7 @@ def test_the_claim_loops_statements_are_planned_once_per_connection():
     )
     accepted, claimed = pg.finish_and_claim([done.as_row()], **arguments)
 
-    assert (accepted, len(claimed)) == ({row[0]}, 1)
+    assert (accepted, len(claimed)) == ({done.job.fence}, 1)
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")

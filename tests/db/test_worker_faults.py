@@ -17,6 +17,7 @@ from django.db.backends.signals import connection_created
 from scheduler_app import RetryPolicy, clock, controls, schedule, task
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt, Schedule
+from scheduler_app.signals import attempt_finished, job_failed
 from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob, Finish
 from scheduler_app.worker.loop import Worker, WorkerFatal, WorkerOptions
@@ -160,6 +161,63 @@ def test_a_refused_outcome_costs_only_itself(caplog):
         "job=%s task=tests.faults.returns error=DataError: unsupported Unicode escape "
         "sequence" % bad.pk,
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_failure_flushed_with_the_current_success_is_not_reported():
+    """The stale attempt's outcome and its successor's, of the same job, in one flush: only
+    the outcome the lease token accepted is counted and signalled, so no job_failed goes out
+    for a job that succeeded."""
+    job = schedule("tests.faults.returns")
+    worker = Worker(
+        WorkerOptions(
+            queues=("default",),
+            concurrency=2,
+            batch_size=10,
+            poll_interval=0.05,
+            lease_seconds=10,
+            shutdown_timeout=5,
+            database_unavailable_timeout=10,
+            summary_interval=60,
+        )
+    )
+
+    def claim_one() -> ClaimedJob:
+        now = clock.now()
+        [row] = backend().claim_jobs(
+            worker=worker.id, queues=["default"], limit=1, now=now, lease=worker.options.lease
+        )
+        return ClaimedJob.from_row(row, started_at=now)
+
+    stale = claim_one()
+    Job.objects.filter(pk=job.pk).update(lease_expires_at=clock.now() - SECOND)
+    assert leases.rescue_expired("tests.rescuer") == 1
+    current = claim_one()
+    now = clock.now()
+    # Kept together, as after a flush that met a lost connection.
+    worker._unflushed = [
+        Finish(job=stale, status="failed", outcome="failed", finished_at=now, error="stale"),
+        Finish(job=current, status="succeeded", outcome="succeeded", finished_at=now),
+    ]
+    finished, failed = [], []
+
+    def on_finished(sender, **kwargs):
+        finished.append((kwargs["attempt"], kwargs["outcome"]))
+
+    def on_failed(sender, **kwargs):
+        failed.append(kwargs["job_id"])
+
+    attempt_finished.connect(on_finished)
+    job_failed.connect(on_failed)
+    try:
+        worker._flush()
+    finally:
+        attempt_finished.disconnect(on_finished)
+        job_failed.disconnect(on_failed)
+
+    assert Job.objects.get(pk=job.pk).status == Status.SUCCEEDED
+    assert (finished, failed) == ([(2, "succeeded")], [])
+    assert worker._counts["failed"] == 0
 
 
 # --- 2. a worker re-claims its own running job ------------------------------------------------
