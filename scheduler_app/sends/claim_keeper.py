@@ -55,7 +55,7 @@ class ClaimKeeper:
         _keeper_thread.discard(self)
 
     def hold(self, recipient_ids: tuple[int, ...], start: int = 0) -> None:
-        """Keep ``recipient_ids[start:]`` (the chunk's not yet sent recipients) claimed."""
+        """Keep ``recipient_ids[start:]`` (the chunk's recipients not yet marked) claimed."""
         self.chunk = (recipient_ids, start)
 
     @contextlib.contextmanager

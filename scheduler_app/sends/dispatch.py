@@ -288,7 +288,9 @@ class Lane:
         self.should_stop = should_stop
         self.provider = get_provider(batch.provider)
         # Same key, one delivery: a crash cannot duplicate, so markers may wait for the chunk.
-        self.marks_per_chunk = bool(getattr(self.provider, "idempotent", False))
+        self.idempotent = bool(getattr(self.provider, "idempotent", False))
+        #: Markers wait for the end of the chunk being sent (see _send_rows).
+        self.marks_per_chunk = self.idempotent
         self.claim_for = dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS)
         self.keeper = ClaimKeeper(claim, self.claim_for)
         self.halted = _halt_check(batch.pk)
@@ -354,6 +356,13 @@ class Lane:
         try:
             return self._send_rows(rows)
         except Exception:
+            # The group's recipients not called yet go back with their attempt refunded.
+            self.unmarked.extend(
+                Outcome(recipient_id, Status.PENDING, refund=1)
+                for recipient_id, attempt in self.begun.items()
+                if attempt is not None
+            )
+            self.begun = {}
             self._mark_before_raising()
             raise
         finally:
@@ -362,12 +371,19 @@ class Lane:
     def _send_rows(self, rows: list[tuple]) -> int:
         limited = limiter.is_limited(self.batch.rate_limit_key)
         suppressed = suppressions.skip_reasons([row[2] for row in rows], self.batch)
+        # A chunk holding a recipient charged before (a lane died with it, or it is being
+        # retried) is marked one recipient at a time even for an idempotent provider:
+        # otherwise each crash in it loses the chunk's markers again and charges every
+        # recipient sent before the crash once more, until they fail as deaths.
+        self.marks_per_chunk = self.idempotent and not any(row[5] for row in rows)
         self.group_size = 1
         halt = ""
         done = 0
         chunk_ids = tuple(row[0] for row in rows)
         for done, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
-            self.keeper.hold(chunk_ids, done)  # not a copy per recipient
+            # The rows sent but not marked yet stay claimed, or another lane may take them.
+            # (Not a copy of the ids per recipient.)
+            self.keeper.hold(chunk_ids, 0 if self.marks_per_chunk else done)
             halt = self.stop_reason or self._why_halt()
             if halt:
                 break
