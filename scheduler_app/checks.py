@@ -24,8 +24,17 @@ POSITIVE_NUMBERS = (
     "SHUTDOWN_TIMEOUT",
     "DATABASE_UNAVAILABLE_TIMEOUT",
     "SUMMARY_INTERVAL",
+    "SEND_CLAIM_SECONDS",
 )
-POSITIVE_INTEGERS = ("CONCURRENCY", "CLAIM_BATCH_SIZE", "DEFAULT_MAX_ATTEMPTS")
+POSITIVE_INTEGERS = (
+    "CONCURRENCY",
+    "CLAIM_BATCH_SIZE",
+    "DEFAULT_MAX_ATTEMPTS",
+    "SEND_LANES",
+    "SEND_CHUNK_SIZE",
+    "RECIPIENT_MAX_ATTEMPTS",
+    "BREAKER_WINDOW",
+)
 DOMAIN_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
 
 NON_NEGATIVE_NUMBERS = ("UNDO_SAFETY_MARGIN", "UNKNOWN_TASK_GRACE")
@@ -86,6 +95,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             Error(
                 "SCHEDULER_APP['SEND_MARKER_SYNCHRONOUS_COMMIT'] must be True or False.",
                 id="scheduler_app.E085",
+            )
+        )
+    threshold = app_settings.BREAKER_THRESHOLD
+    if not _number(threshold) or not 0 < threshold <= 1:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['BREAKER_THRESHOLD'] must be a number above 0 and at most 1 "
+                "(the share of failed attempts that pauses a batch).",
+                id="scheduler_app.E086",
             )
         )
 

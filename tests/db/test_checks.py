@@ -196,3 +196,48 @@ def test_send_marker_synchronous_commit_not_a_bool_is_e085(value):
         SCHEDULER_APP=scheduler_app_settings(SEND_MARKER_SYNCHRONOUS_COMMIT=value)
     ):
         assert ids(check_settings()) == ["scheduler_app.E085"]
+
+
+@pytest.mark.parametrize(
+    "name", ["SEND_LANES", "SEND_CHUNK_SIZE", "RECIPIENT_MAX_ATTEMPTS", "BREAKER_WINDOW"]
+)
+@pytest.mark.parametrize("value", [0, -1, 2.5, "5", True])
+def test_a_send_count_that_is_not_a_positive_integer_is_e004(name, value):
+    """A chunk size of 0 would claim nothing and complete the batch unsent; 0 lanes would
+    never send; 0 attempts would fail every recipient before its first call."""
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(**{name: value})):
+        errors = check_settings()
+
+    assert [(error.id, error.msg) for error in errors] == [
+        ("scheduler_app.E004", "SCHEDULER_APP[%r] must be a positive integer." % name)
+    ]
+
+
+@pytest.mark.parametrize("value", [0, -5, math.nan, math.inf, "60"])
+def test_a_send_claim_that_is_not_a_positive_number_is_e003(value):
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(SEND_CLAIM_SECONDS=value)):
+        errors = check_settings()
+
+    assert [(error.id, error.msg) for error in errors] == [
+        ("scheduler_app.E003", "SCHEDULER_APP['SEND_CLAIM_SECONDS'] must be a positive number.")
+    ]
+
+
+@pytest.mark.parametrize("value", [0, -0.1, 1.5, math.nan, "0.5", True])
+def test_a_breaker_threshold_outside_0_to_1_is_e086(value):
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(BREAKER_THRESHOLD=value)):
+        errors = check_settings()
+
+    assert [(error.id, error.msg) for error in errors] == [
+        (
+            "scheduler_app.E086",
+            "SCHEDULER_APP['BREAKER_THRESHOLD'] must be a number above 0 and at most 1 "
+            "(the share of failed attempts that pauses a batch).",
+        )
+    ]
+
+
+@pytest.mark.parametrize("value", [0.01, 0.5, 1, 1.0])
+def test_a_breaker_threshold_in_0_to_1_passes(value):
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(BREAKER_THRESHOLD=value)):
+        assert check_settings() == []
