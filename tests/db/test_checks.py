@@ -203,8 +203,7 @@ def test_send_marker_synchronous_commit_not_a_bool_is_e085(value):
 )
 @pytest.mark.parametrize("value", [0, -1, 2.5, "5", True])
 def test_a_send_count_that_is_not_a_positive_integer_is_e004(name, value):
-    """A chunk size of 0 would claim nothing and complete the batch unsent; 0 lanes would
-    never send; 0 attempts would fail every recipient before its first call."""
+    """0 lanes never send a batch; 0 attempts fail every recipient before its first call."""
     with override_settings(SCHEDULER_APP=scheduler_app_settings(**{name: value})):
         errors = check_settings()
 
