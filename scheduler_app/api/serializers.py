@@ -91,20 +91,21 @@ LATEST = dt.datetime.max.replace(tzinfo=dt.UTC) - dt.timedelta(days=1)
 
 
 class FilterDateTimeField(serializers.DateTimeField):
-    """A time to filter by; any date-time the schema allows is one.
+    """A time to filter by; any date-time the schema allows is one, and one without an
+    offset is UTC (not the project's TIME_ZONE, as DRF would read it).
 
     A time UTC or the database's time zone cannot hold (year 1 at +05:00, year 9999 at
     -05:00) lies before or after every stored time, so it filters as EARLIEST or LATEST.
     """
 
     def enforce_timezone(self, value: dt.datetime) -> dt.datetime:
-        if timezone.is_aware(value):
-            try:
-                value.astimezone(dt.UTC)
-                value.astimezone(stored_time_zone())  # how SQLite stores it
-            except OverflowError:
-                return EARLIEST if value.year == dt.MINYEAR else LATEST
-        return super().enforce_timezone(value)
+        if timezone.is_naive(value):
+            value = value.replace(tzinfo=dt.UTC)
+        try:
+            value.astimezone(stored_time_zone())  # how SQLite stores it
+            return value.astimezone(dt.UTC)
+        except OverflowError:
+            return EARLIEST if value.year == dt.MINYEAR else LATEST
 
 
 #: The undo window of a message scheduled through the API, in seconds.

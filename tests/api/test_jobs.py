@@ -133,6 +133,29 @@ def test_list_filters_by_creation_and_scheduled_time(api, ada, make_job):
     assert listed({"scheduled_before": "9999-12-31T23:00:00-05:00"}) == everything
 
 
+@pytest.mark.parametrize("zone", ["Asia/Tokyo", "America/New_York"])
+def test_a_filter_time_without_an_offset_is_utc_whatever_the_project_time_zone(
+    settings, api, ada, make_job, zone
+):
+    """As the schema says; DRF alone reads it in TIME_ZONE, and at the calendar's edges that
+    overflowed (a 500)."""
+    settings.TIME_ZONE = zone
+    with frozen_clock(T0):
+        job = make_job(ada, at=T0 + dt.timedelta(hours=1))
+
+    def listed(query):
+        response = api.get("/api/jobs/", query)
+        assert response.status_code == 200, response.content
+        return ids(response)
+
+    assert listed({"created_after": "2030-01-01T12:30"}) == []
+    assert listed({"created_before": "2030-01-01T12:30"}) == [job.pk]
+    assert listed({"scheduled_after": "2030-01-01T12:30"}) == [job.pk]
+    assert listed({"created_after": "0001-01-01T00:00:00"}) == [job.pk]
+    assert listed({"scheduled_before": "9999-12-31T23:00:00"}) == [job.pk]
+    assert listed({"scheduled_before": "9999-12-31T23:00:00Z"}) == [job.pk]
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     "query",
