@@ -7,6 +7,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.admin.display import report_counts
 from scheduler_app.alerts.store import acknowledge
 from scheduler_app.models import Alert
@@ -34,7 +35,7 @@ class OpenFilter(admin.SimpleListFilter):
 
 
 @admin.register(Alert)
-class AlertAdmin(admin.ModelAdmin):
+class AlertAdmin(SchedulerModelAdmin):
     list_display = [
         "kind",
         "subject",

@@ -5,15 +5,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 from django.utils.translation import ngettext
 
+from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.controls import PausedScopes, paused_scopes
 
 
-class JobReportAdmin(admin.ModelAdmin):
+class JobReportAdmin(SchedulerModelAdmin):
     """A read-only page about jobs (its changelist_view draws it): anyone who may view jobs."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app import clock
+from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.admin.display import paused_banner, report_counts, seconds
 from scheduler_app.admin.filters import QueueFilter, TaskNameFilter
 from scheduler_app.admin.pagination import BoundedPaginator
@@ -109,7 +110,7 @@ class LateFilter(admin.SimpleListFilter):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(SchedulerModelAdmin):
     list_display = [
         "id",
         "task_name",

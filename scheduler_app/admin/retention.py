@@ -5,11 +5,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
+from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.models import PruneRun
 
 
 @admin.register(PruneRun)
-class PruneRunAdmin(admin.ModelAdmin):
+class PruneRunAdmin(SchedulerModelAdmin):
     list_display = ["id", "started_at", "source", "outcome", "total", "reference_time", "detail"]
     list_filter = ["outcome", "source"]
     date_hierarchy = "started_at"

@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app import clock
+from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.admin.display import report_counts, seconds
 from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.alerts.rules import expected_cadence
@@ -88,7 +89,7 @@ class OccurrenceInline(admin.TabularInline):
 
 
 @admin.register(ScheduleOccurrence)
-class ScheduleOccurrenceAdmin(admin.ModelAdmin):
+class ScheduleOccurrenceAdmin(SchedulerModelAdmin):
     """Every run of every schedule, newest first: read-only (the schedule page lists the last
     ones and links here, filtered to the schedule)."""
 
@@ -120,7 +121,7 @@ class ScheduleOccurrenceAdmin(admin.ModelAdmin):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(SchedulerModelAdmin):
     form = ScheduleForm
     list_display = [
         "name",

@@ -26,6 +26,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.admin.display import paused_banner, seconds, utc
 from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.conf import app_settings
@@ -109,7 +110,7 @@ class ReasonForm(forms.Form):
 
 
 @admin.register(SendBatch)
-class SendBatchAdmin(admin.ModelAdmin):
+class SendBatchAdmin(SchedulerModelAdmin):
     form = SendBatchForm
     list_display = ["name", "status", "scheduled_at", "timezone", "progress_bar"]
     list_filter = ["status"]
@@ -521,7 +522,7 @@ class SendBatchAdmin(admin.ModelAdmin):
 
 
 @admin.register(Recipient)
-class RecipientAdmin(admin.ModelAdmin):
+class RecipientAdmin(SchedulerModelAdmin):
     """Who got what, when, and why not."""
 
     list_display = [
@@ -565,7 +566,7 @@ class RecipientAdmin(admin.ModelAdmin):
 
 
 @admin.register(RateLimit)
-class RateLimitAdmin(admin.ModelAdmin):
+class RateLimitAdmin(SchedulerModelAdmin):
     """Change a provider account's send rate live; workers follow within a chunk."""
 
     list_display = ["key", "rate", "burst"]

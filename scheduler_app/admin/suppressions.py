@@ -20,6 +20,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.feedback.suppressions import lift, normalise, suppress
 from scheduler_app.models import FeedbackEvent, Suppression, SuppressionRemoval
 
@@ -58,7 +59,7 @@ class ImportForm(forms.Form):
 
 
 @admin.register(Suppression)
-class SuppressionAdmin(admin.ModelAdmin):
+class SuppressionAdmin(SchedulerModelAdmin):
     list_display = ["address", "scope_display", "reason", "source", "batch", "created_at"]
     list_filter = ["reason", "source", "scope"]
     search_fields = ["=address", "address"]
@@ -228,7 +229,7 @@ def _import(upload: Any, by: Any) -> tuple[int, int, list[str]]:
 
 
 @admin.register(SuppressionRemoval)
-class SuppressionRemovalAdmin(admin.ModelAdmin):
+class SuppressionRemovalAdmin(SchedulerModelAdmin):
     """Audit: who lifted which suppression and why (read-only)."""
 
     list_display = ["address", "scope", "was_reason", "why", "removed_by", "removed_at"]

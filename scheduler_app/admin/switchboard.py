@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
 from scheduler_app import controls
+from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import SchedulerError
 from scheduler_app.models import Control, ControlEvent, SendBatch
@@ -34,7 +35,7 @@ class SwitchForm(forms.Form):
 
 
 @admin.register(Control)
-class SwitchboardAdmin(admin.ModelAdmin):
+class SwitchboardAdmin(SchedulerModelAdmin):
     """Shown as "Switchboard": the changelist is the switchboard page."""
 
     change_list_template = "admin/scheduler_app/switchboard.html"

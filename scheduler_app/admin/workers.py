@@ -5,11 +5,12 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
+from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.models import WorkerHeartbeat
 
 
 @admin.register(WorkerHeartbeat)
-class WorkerHeartbeatAdmin(admin.ModelAdmin):
+class WorkerHeartbeatAdmin(SchedulerModelAdmin):
     list_display = [
         "worker_id",
         "status",

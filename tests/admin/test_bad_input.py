@@ -1,11 +1,12 @@
-"""Bad input on the lateness and schedule pages: a 400 or a form error, never a 500."""
+"""Bad input on the admin pages: a 400, a redirect with a message or a form error, never a 500."""
 
 from __future__ import annotations
 
 import pytest
 
+from scheduler_app import schedule
 from scheduler_app.models import Schedule
-from tests.admin.conftest import messages_of
+from tests.admin.conftest import changelist, get, messages_of
 
 pytestmark = pytest.mark.django_db
 
@@ -61,3 +62,33 @@ def test_schedule_payload_with_a_nul_is_a_form_error_not_a_500(admin):
         ]
     }
     assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("model", "parameter"),
+    [
+        ("job", "task_name"),
+        ("job", "queue"),
+        ("job", "status"),
+        ("scheduleoccurrence", "outcome"),
+        ("recipient", "status"),
+        ("prunerun", "source"),
+    ],
+)
+def test_a_list_filter_value_with_a_nul_shows_the_list_unfiltered_with_a_message(
+    admin, model, parameter
+):
+    """No stored text holds a NUL (PostgreSQL refuses it, mid-render: a 500)."""
+    schedule("tests.record", {}, delay=3600)
+
+    response = get(admin, changelist(model), {parameter: "tests.record\x00", "o": "1"})
+
+    assert (response.status_code, response["Location"]) == (302, changelist(model))
+    assert messages_of(response) == [
+        (
+            "error",
+            "A filter in the address held a NUL character, which no stored text can hold: "
+            "the list is shown without filters.",
+        )
+    ]
+    assert get(admin, changelist(model)).status_code == 200
