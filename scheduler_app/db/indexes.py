@@ -23,31 +23,33 @@ def _concurrently(
         return False
     model = state.apps.get_model(app_label, operation.model_name)
     if operation.allow_migrate_model(schema_editor.connection.alias, model):
-        if build:
-            _drop_if_invalid(schema_editor, index.name)
+        if not build:
+            schema_editor.remove_index(model, index, concurrently=True)  # DROP ... IF EXISTS
+        elif not _built_already(schema_editor, index.name):
             schema_editor.add_index(model, index, concurrently=True)
-        else:
-            schema_editor.remove_index(model, index, concurrently=True)
     return True
 
 
-def _drop_if_invalid(schema_editor: Any, name: str) -> None:
-    """Drop the index ``name`` if an interrupted concurrent build left it INVALID.
+def _built_already(schema_editor: Any, name: str) -> bool:
+    """Return whether an interrupted run of the migration left the index ``name`` built;
+    drop it if it left it INVALID.
 
-    A ``CREATE INDEX CONCURRENTLY`` that fails or is cancelled (a statement timeout,
-    a deploy that kills ``migrate``) leaves the index behind, unusable, and the
-    migration unapplied: running ``migrate`` again would fail with "already exists".
-    PostgreSQL's advice is to drop it and build again.
+    A ``CREATE INDEX CONCURRENTLY`` that fails or is cancelled (a statement timeout)
+    leaves the index behind, unusable: PostgreSQL's advice is to drop it and build again.
+    One whose ``migrate`` was killed may finish all the same (the server notices a lost
+    client only when it next writes to it), and a migration of several operations may be
+    killed after its first ones: those indexes are VALID and kept. Either way the
+    migration is unapplied, and building again would fail with "already exists".
     """
     with schema_editor.connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT NOT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [name]
-        )
+        cursor.execute("SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(%s)", [name])
         row = cursor.fetchone()
-    if row is not None and row[0]:
-        schema_editor.execute(
-            "DROP INDEX CONCURRENTLY IF EXISTS %s" % schema_editor.quote_name(name)
-        )
+    if row is None:
+        return False
+    if row[0]:
+        return True
+    schema_editor.execute("DROP INDEX CONCURRENTLY IF EXISTS %s" % schema_editor.quote_name(name))
+    return False
 
 
 class AddIndexConcurrently(migrations.AddIndex):

@@ -1,6 +1,7 @@
 """A concurrent index build that was interrupted (a statement timeout, a deploy killing
-``migrate``) leaves an INVALID index and its migration unapplied; running ``migrate``
-again builds it, instead of failing with "already exists"."""
+``migrate``) leaves an INVALID index, or a VALID one (a killed ``migrate``'s build that
+PostgreSQL went on with), and its migration unapplied; running ``migrate`` again builds
+or keeps it, instead of failing with "already exists"."""
 
 from __future__ import annotations
 
@@ -35,6 +36,33 @@ def test_migrate_again_builds_an_index_an_interrupted_build_left_invalid():
             ).fetchone()
     assert valid
     assert "WHERE (NOT ((provider_message_id)::text = ''::text))" in definition  # 0017's
+
+
+def test_migrate_again_keeps_the_indexes_a_killed_migrate_had_built():
+    """0016 killed after its first index, and 0019 killed while PostgreSQL, which notices a
+    lost client only when it next writes to it, finished the build."""
+    built = {
+        "0016": 'CREATE INDEX CONCURRENTLY "scheduler_job_owned" ON "scheduler_app_job" '
+        '("owner_id", "id" DESC) WHERE "owner_id" IS NOT NULL',
+        "0019": 'CREATE INDEX CONCURRENTLY "scheduler_job_runs_unfinished" ON "scheduler_app_job" '
+        "(\"id\") WHERE (\"status\" IN ('pending', 'running') "
+        "AND \"unique_key\"::text LIKE 'schedule:%')",
+    }
+    with scratch_database("killed") as url:
+        for migration, statement in built.items():
+            migrate_database(url, "scheduler_app", "%04d" % (int(migration) - 1))
+            with psycopg.connect(url, autocommit=True) as db:
+                db.execute(statement)
+
+            migrate_database(url, "scheduler_app", migration)
+
+        with psycopg.connect(url) as db:
+            valid = db.execute(
+                "SELECT indexrelid::regclass::text, indisvalid FROM pg_index "
+                "WHERE indexrelid::regclass::text IN "
+                "('scheduler_job_owned', 'scheduler_job_runs_unfinished')"
+            ).fetchall()
+    assert sorted(valid) == [("scheduler_job_owned", True), ("scheduler_job_runs_unfinished", True)]
 
 
 def test_migrations_0021_and_0022_swap_the_address_index_forwards_and_back():
