@@ -734,11 +734,13 @@ class Worker:
                     "timeout and was handed back." % (self.id, self.options.shutdown_timeout),
                 )
         self._flush()
-        if self._unflushed:
-            logger.error(
-                "could not record %s outcomes before exiting; their leases will expire",
-                len(self._unflushed),
+        if self._unflushed and self._fatal is None:
+            # Not a clean stop: a hand-back lost costs its job an attempt (guarantee 11).
+            self._fatal = (
+                "could not record %s outcomes before exiting (the database is away); their "
+                "leases will expire and the jobs run again" % len(self._unflushed)
             )
+            logger.error("%s worker=%s", self._fatal, self.id)
 
     # -- helpers -------------------------------------------------------------
 

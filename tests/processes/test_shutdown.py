@@ -5,11 +5,13 @@ from __future__ import annotations
 import signal
 import time
 
+import psycopg
 import pytest
+from django.db import connection
 
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.scheduling import schedule, schedule_many
-from tests.helpers import wait_until
+from tests.helpers import database_url, wait_until
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -95,3 +97,40 @@ def test_second_sigterm_exits_at_once_with_status_1(start_worker, tmp_path):
     job.refresh_from_db()
     assert (job.status, job.attempts, job.worker_id) == (Status.RUNNING, 1, "w-forced")
     assert job.lease_expires_at is not None
+
+
+@pytest.mark.postgres_only
+def test_a_hand_back_the_database_was_away_for_makes_the_worker_exit_non_zero(
+    start_worker, tmp_path
+):
+    """SIGTERM while the database is away: the job still running at the shutdown timeout
+    cannot be handed back (its lease will expire and its rescue charges an attempt). The
+    worker says so and exits non-zero, not as after a clean stop."""
+    job = schedule("tests.block_until_flag", {"flag": str(tmp_path / "never"), "max_wait": 120})
+    worker = start_worker(
+        "--concurrency", "1", "--shutdown-timeout", "1",
+        env={"SCHEDULER_DB_UNAVAILABLE_TIMEOUT": "600"},
+    )  # fmt: skip
+    wait_until(lambda: Run.objects.filter(job_id=job.pk).exists(), message="the job to start")
+    name = connection.settings_dict["NAME"]
+    base = database_url().rsplit("/", 1)[0].replace("postgres://", "postgresql://")
+    with psycopg.connect(base + "/postgres", autocommit=True) as admin:
+        admin.execute('ALTER DATABASE "%s" WITH ALLOW_CONNECTIONS false' % name)
+        try:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid() AND pid <> %s",
+                [name, connection.connection.info.backend_pid],
+            )
+            worker.signal(signal.SIGTERM)
+            code = worker.wait_exit(timeout=60)
+        finally:
+            admin.execute('ALTER DATABASE "%s" WITH ALLOW_CONNECTIONS true' % name)
+
+    assert code == 1, worker.output
+    assert (
+        "CommandError: could not record 1 outcomes before exiting (the database is away); "
+        "their leases will expire and the jobs run again"
+    ) in worker.output
+    job.refresh_from_db()
+    assert job.status == Status.RUNNING  # nothing was recorded
