@@ -116,9 +116,18 @@ def _contexts_to_blank(cutoff: dt.datetime) -> QuerySet:
 
 
 def _mark_blanked_batches(cutoff: dt.datetime) -> None:
-    """Record the batches none of whose recipients has a context left to blank."""
+    """Record the batches none of whose recipients has a context left to blank.
+
+    The candidates are locked first and looked at by the next statement, whose snapshot
+    is taken with the locks held: a seed send adds its recipient with the batch locked
+    (sends.batches.seed_send), so its seed is seen here, or clears the mark afterwards.
+    """
     left = Recipient.objects.filter(batch=OuterRef("pk")).exclude(context={})
-    _batches_with_contexts(cutoff).exclude(Exists(left)).update(contexts_blanked_at=clock.now())
+    with transaction.atomic():
+        locked = list(_batches_with_contexts(cutoff).select_for_update().values_list("pk"))
+        SendBatch.objects.filter(pk__in=[pk for (pk,) in locked], contexts_blanked_at=None).exclude(
+            Exists(left)
+        ).update(contexts_blanked_at=clock.now())
 
 
 def _delete(model: Any) -> Callable[[list[Any]], int]:

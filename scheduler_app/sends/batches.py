@@ -262,20 +262,24 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
     now = clock.now()
     ids = []
     for address in batch.seed_list:
-        marker, created = Recipient.objects.get_or_create(
-            batch=batch,
-            recipient_key="seed:%s:%s" % (digest[:12], address),
-            defaults={
-                "address": address,
-                "is_seed": True,
-                "context": batch.seed_context,
-                "next_attempt_at": now,
-            },
-        )
-        if created:  # a context retention may have to blank again (a finished batch's seed)
-            SendBatch.objects.filter(pk=batch.pk).exclude(contexts_blanked_at=None).update(
-                contexts_blanked_at=None
+        # With the batch locked, so that retention marking its contexts blanked sees this
+        # seed or is seen by it (retention._mark_blanked_batches).
+        with transaction.atomic():
+            SendBatch.objects.select_for_update().filter(pk=batch.pk).exists()
+            marker, created = Recipient.objects.get_or_create(
+                batch=batch,
+                recipient_key="seed:%s:%s" % (digest[:12], address),
+                defaults={
+                    "address": address,
+                    "is_seed": True,
+                    "context": batch.seed_context,
+                    "next_attempt_at": now,
+                },
             )
+            if created:  # a context retention may have to blank again (a finished batch's)
+                SendBatch.objects.filter(pk=batch.pk).exclude(contexts_blanked_at=None).update(
+                    contexts_blanked_at=None
+                )
         if marker.status != Recipient.Status.SENT:  # new, or failed last time: (re)send
             _send_seed(marker, template, provider)
         ids.append(marker.pk)

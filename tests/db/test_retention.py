@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 
 import pytest
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
@@ -32,7 +33,7 @@ from scheduler_app.models import (
 from scheduler_app.retention import PRUNE_SCHEDULE_NAME, PRUNE_TASK, prune
 from scheduler_app.schedules.declared import declared_schedules
 from scheduler_app.sends.batches import seed_send
-from tests.helpers import reads_of, running_worker, wait_for_status
+from tests.helpers import reads_of, running_worker, wait_for_status, wait_until
 
 T0 = dt.datetime(2026, 3, 2, 3, 30, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -378,5 +379,64 @@ def test_a_seed_sent_after_the_contexts_were_blanked_is_blanked_too():
     (seed,) = seed_send(finished)
     prune(T0 + DAY)
 
+    seed.refresh_from_db()
+    assert seed.context == {}
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_seed_committed_while_a_prune_runs_is_blanked_later():
+    """A seed send in a transaction (the admin's action under ATOMIC_REQUESTS) adds its
+    recipient while a prune marks the batch's contexts blanked: the mark must not hide
+    the seed's context from every later prune."""
+    finished = batch(
+        BatchStatus.COMPLETED,
+        changed_ago=100 * DAY,
+        provider="fake",
+        seed_list=["seed@example.com"],
+        seed_context={"name": "Secret"},
+    )
+    added, commit, markers, pids = threading.Event(), threading.Event(), [], {}
+
+    def seed_in_a_request():
+        try:
+            with transaction.atomic():
+                markers.extend(seed_send(SendBatch.objects.get(pk=finished.pk)))
+                added.set()
+                assert commit.wait(20), "the test never let the seed commit"
+        finally:
+            connection.close()
+
+    def prune_run():
+        try:
+            pids["prune"] = connection.cursor().connection.info.backend_pid
+            prune(T0)
+        finally:
+            connection.close()
+
+    seeder = threading.Thread(target=seed_in_a_request)
+    seeder.start()
+    assert added.wait(20)
+    pruner = threading.Thread(target=prune_run)
+    pruner.start()
+
+    def prune_done_or_waiting_for_the_seed():
+        if not pruner.is_alive():
+            return True
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                [pids.get("prune")],
+            )
+            row = cursor.fetchone()
+        return bool(row and row[0])
+
+    wait_until(prune_done_or_waiting_for_the_seed, message="the prune to end or wait")
+    commit.set()
+    seeder.join(20)
+    pruner.join(20)
+    prune(T0 + DAY)
+
+    (seed,) = markers
     seed.refresh_from_db()
     assert seed.context == {}
