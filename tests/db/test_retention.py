@@ -363,15 +363,20 @@ def test_contexts_blanked_once_are_not_read_again():
     assert blanked.contexts_blanked_at is not None
 
 
-@pytest.mark.django_db
-def test_a_seed_sent_after_the_contexts_were_blanked_is_blanked_too():
-    finished = batch(
+def finished_with_a_seed_list():
+    """A batch finished long before T0, whose seed list has one address."""
+    return batch(
         BatchStatus.COMPLETED,
         changed_ago=100 * DAY,
         provider="fake",
         seed_list=["seed@example.com"],
         seed_context={"name": "Secret"},
     )
+
+
+@pytest.mark.django_db
+def test_a_seed_sent_after_the_contexts_were_blanked_is_blanked_too():
+    finished = finished_with_a_seed_list()
     prune(T0)
     finished.refresh_from_db()
     assert finished.contexts_blanked_at is not None
@@ -389,13 +394,7 @@ def test_a_seed_committed_while_a_prune_runs_is_blanked_later():
     """A seed send in a transaction (the admin's action under ATOMIC_REQUESTS) adds its
     recipient while a prune marks the batch's contexts blanked: the mark must not hide
     the seed's context from every later prune."""
-    finished = batch(
-        BatchStatus.COMPLETED,
-        changed_ago=100 * DAY,
-        provider="fake",
-        seed_list=["seed@example.com"],
-        seed_context={"name": "Secret"},
-    )
+    finished = finished_with_a_seed_list()
     added, commit, markers, pids = threading.Event(), threading.Event(), [], {}
 
     def seed_in_a_request():
