@@ -20,7 +20,7 @@ from django.db import close_old_connections, connection
 
 from scheduler_app import clock
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
-from scheduler_app.db import backend
+from scheduler_app.db import backend, write_across_reconnects
 from scheduler_app.exceptions import UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import get_task
@@ -79,7 +79,8 @@ def run_published(job_id: int, lease_token: int, *, worker_id: str, lease: dt.ti
         else:
             with renewing(job, worker_id=worker_id, lease=lease):
                 finish = run(job)
-        return record(finish, worker_id=worker_id)
+        # The lease no longer renews: record within half of it, across a lost connection.
+        return record(finish, worker_id=worker_id, within=lease / 2)
     finally:
         close_old_connections()
 
@@ -111,10 +112,17 @@ def run(job: ClaimedJob) -> Finish:
     return finish
 
 
-def record(finish: Finish, *, worker_id: str) -> str:
-    """Record ``finish`` fenced by its token; send job_failed as runworker does."""
+def record(finish: Finish, *, worker_id: str, within: dt.timedelta) -> str:
+    """Record ``finish`` fenced by its token, reconnecting for up to ``within`` if the
+    database connection is lost (as runworker keeps an outcome for its next turn); send
+    job_failed as runworker does."""
     job = finish.job
-    if job.fence not in record_one(finish, worker=worker_id):
+    accepted = write_across_reconnects(
+        lambda: record_one(finish, worker=worker_id),
+        seconds=within.total_seconds(),
+        retry_on=CONNECTION_ERRORS,
+    )
+    if job.fence not in accepted:
         logger.warning(
             "stale completion discarded job=%s task=%s attempt=%s: lease lost, the job was "
             "rescued or claimed again",

@@ -10,11 +10,12 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.db.models import DateTimeField, Expression
 
 if TYPE_CHECKING:
@@ -29,6 +30,35 @@ def in_lists(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
     """Split ``values`` into ``IN (...)`` lists of at most IN_LIST_SIZE values."""
     for start in range(0, len(values), IN_LIST_SIZE):
         yield values[start : start + IN_LIST_SIZE]
+
+
+T = TypeVar("T")
+
+
+def write_across_reconnects(
+    write: Callable[[], T],
+    *,
+    seconds: float,
+    retry_on: tuple[type[DatabaseError], ...] = (DatabaseError,),
+) -> T:
+    """Return ``write()``; while it raises one of ``retry_on``, reconnect and try again,
+    for up to ``seconds``, then raise the last error.
+
+    For what a worker must not lose when its connection drops (the markers a lane holds,
+    an attempt's outcome): the writes it retries are fenced, so one whose commit went
+    through and whose answer was lost changes nothing the second time.
+    """
+    give_up = time.monotonic() + seconds
+    pause = 0.5
+    while True:
+        try:
+            return write()
+        except retry_on:
+            if time.monotonic() + pause > give_up:
+                raise
+            connection.close()
+            time.sleep(pause)  # a backoff before reconnecting, not a synchronisation
+            pause = min(pause * 2, 5.0)
 
 
 def backend() -> ModuleType:

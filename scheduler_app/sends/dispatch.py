@@ -42,7 +42,7 @@ from django.db.models.functions import Coalesce, Greatest
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
-from scheduler_app.db import backend, database_now
+from scheduler_app.db import backend, database_now, write_across_reconnects
 from scheduler_app.exceptions import RetryLater, SchedulerError
 from scheduler_app.feedback import suppressions
 from scheduler_app.feedback.unsubscribe import (
@@ -552,24 +552,16 @@ class Lane:
         A marker written twice changes nothing the second time (the claim fence),
         so a retry after a reply that was lost is safe.
         """
-        give_up = time.monotonic() + self.claim_for.total_seconds() / 2
-        pause = 0.5
-        while self.unmarked:
-            try:
-                self._mark()
-            except DatabaseError as exc:
-                if time.monotonic() + pause > give_up:
-                    logger.error(
-                        "markers not written batch=%s claim=%s markers=%s error=%s",
-                        self.batch.pk,
-                        self.claim,
-                        len(self.unmarked),
-                        exc,
-                    )
-                    return
-                connection.close()
-                time.sleep(pause)  # backoff before reconnecting, not a synchronisation
-                pause = min(pause * 2, 5.0)
+        try:
+            write_across_reconnects(self._mark, seconds=self.claim_for.total_seconds() / 2)
+        except DatabaseError as exc:
+            logger.error(
+                "markers not written batch=%s claim=%s markers=%s error=%s",
+                self.batch.pk,
+                self.claim,
+                len(self.unmarked),
+                exc,
+            )
 
     def _count(self, statuses: list[str], written: int) -> None:
         """Count the markers that were written; log progress now and then."""

@@ -66,6 +66,23 @@ def test_jobs_drain_exactly_once(broker, relay, celery_worker):
     assert all(worker_id.endswith(":%s" % worker.pid) for worker_id in worker_ids), worker_ids
 
 
+@pytest.mark.postgres_only
+def test_an_outcome_is_recorded_after_the_database_dropped_the_connection(
+    broker, relay, celery_worker
+):
+    """The handler succeeded, then the connection went: the Celery task writes the outcome
+    on a new connection, as runworker does, instead of leaving the job to its lease's
+    expiry (which charges the attempt: with one attempt, the job fails)."""
+    job = schedule("tests.loses_its_connection", {})
+    relay()
+    celery_worker()
+
+    stored = wait_for_status(job, Status.SUCCEEDED, Status.FAILED, timeout=30)
+
+    assert (stored.status, stored.result) == (Status.SUCCEEDED, "done"), stored.last_error
+    assert Run.objects.filter(job_id=job.pk).count() == 1
+
+
 def test_sigkill_of_the_celery_worker_mid_job_runs_it_again_after_its_lease(
     broker, relay, celery_worker, tmp_path
 ):

@@ -49,3 +49,25 @@ def block_until_flag(job):
 
 # The test audience and providers register on import, like a project's tasks.py would.
 from tests.testapp import sending  # noqa: E402,F401
+
+
+@task(name="tests.loses_its_connection", max_attempts=1)
+def loses_its_connection(job):
+    """Record this run, then have the database end this process's connection (a failover,
+    a restart, an idle timeout) before returning: the outcome is written on a new one."""
+    import psycopg
+    from django.db import connection
+
+    Run.objects.create(job_id=job.job_id, attempt=job.attempt, pid=os.getpid())
+    pid = connection.connection.info.backend_pid
+    settings = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings["NAME"],
+        user=settings["USER"],
+        password=settings["PASSWORD"],
+        host=settings["HOST"],
+        port=settings["PORT"],
+        autocommit=True,
+    ) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    return "done"
