@@ -172,8 +172,14 @@ class SuppressionAdmin(SchedulerModelAdmin):
 
 
 def _safe_cell(value: str) -> str:
-    """Keep a spreadsheet from running a cell as a formula (CSV injection)."""
-    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+    """Keep a spreadsheet from running a cell as a formula (CSV injection): quote it. A
+    cell that starts with the quote is quoted too, so the import can take one off."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r", "'") else value
+
+
+def _unquoted(value: str | None) -> str:
+    """The cell as it was before _safe_cell (so an export can be imported again)."""
+    return value[1:] if value and value[0] == "'" else value or ""
 
 
 def _import(upload: Any, by: Any) -> tuple[int, int, list[str]]:
@@ -196,9 +202,9 @@ def _import(upload: Any, by: Any) -> tuple[int, int, list[str]]:
         if any("\x00" in value for value in record.values() if isinstance(value, str)):
             problems.append("Line %s: NUL characters are not allowed." % line)
             continue
-        address = normalise(record.get("address") or "")
-        reason = (record.get("reason") or Suppression.Reason.MANUAL).strip()
-        scope = (record.get("scope") or "").strip()
+        address = normalise(_unquoted(record.get("address")))
+        reason = (_unquoted(record.get("reason")) or Suppression.Reason.MANUAL).strip()
+        scope = _unquoted(record.get("scope")).strip()
         try:
             validate_email(address)
         except forms.ValidationError:
@@ -210,7 +216,7 @@ def _import(upload: Any, by: Any) -> tuple[int, int, list[str]]:
         if len(scope) > 100:
             problems.append("Line %s: the scope is longer than 100 characters." % line)
             continue
-        rows.append((address, scope, reason, (record.get("detail") or "").strip()))
+        rows.append((address, scope, reason, _unquoted(record.get("detail")).strip()))
     if problems:
         return 0, 0, problems
     added = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import RegexValidator
 from django.db.models import Q
 from django.utils import timezone
@@ -14,6 +15,7 @@ from rest_framework import serializers
 
 from scheduler_app.cancellation import CancelOutcome
 from scheduler_app.db import stored_time_zone
+from scheduler_app.feedback.suppressions import storable_address
 from scheduler_app.models import Job, SendBatch, Suppression
 from scheduler_app.sends.batches import batch_progress
 
@@ -380,3 +382,10 @@ class SuppressionCreateSerializer(serializers.Serializer):
         choices=Suppression.Reason.choices, default=Suppression.Reason.MANUAL
     )
     detail = StrictCharField(required=False, allow_blank=True, default="", validators=[NO_NUL])
+
+    def validate_address(self, value: str) -> str:
+        try:
+            storable_address(value)  # DRF's email check does not know the list's limit
+        except DjangoValidationError as exc:
+            raise serializers.ValidationError(exc.messages) from exc
+        return value

@@ -11,8 +11,16 @@ import hashlib
 import logging
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from scheduler_app.exceptions import UnmatchedFeedback
-from scheduler_app.feedback.suppressions import Feedback, Kind, record_event, source_event_id
+from scheduler_app.feedback.suppressions import (
+    Feedback,
+    Kind,
+    record_event,
+    source_event_id,
+    storable_address,
+)
 from scheduler_app.models import Suppression
 
 logger = logging.getLogger("scheduler_app.feedback")
@@ -37,6 +45,20 @@ def on_tracking(sender: Any, event: Any, esp_name: str, **kwargs: Any) -> None:
             repr((event.event_type, event.message_id, event.recipient, event.timestamp)).encode()
         ).hexdigest()
     )
+    if event.recipient:
+        try:
+            storable_address(event.recipient)
+        except ValidationError:
+            # Raising would fail anymail's webhook view, and the ESP would send the whole
+            # batch of events again.
+            logger.warning(
+                "anymail event dropped esp=%s event=%s: its recipient %r is not an address "
+                "the list can hold",
+                esp_name,
+                event_id,
+                event.recipient,
+            )
+            return
     feedback = Feedback(
         event_id=source_event_id("anymail:%s" % esp_name, event_id),
         kind=kind,

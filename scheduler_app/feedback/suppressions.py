@@ -16,6 +16,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils.module_loading import import_string
@@ -60,6 +62,30 @@ def normalise(address: str) -> str:
     # Punycode is longer: past the 320 characters the list stores, an address could never be
     # mailed anyway, so it is kept as given (and fits).
     return ascii_form if len(ascii_form) <= MAX_ADDRESS_LENGTH else local + at + domain
+
+
+def storable_address(address: str) -> str:
+    """Return ``address`` normalised; raise ValidationError if it is not an email address
+    the list can hold: text a database stores (no NUL, no lone surrogate), and no longer
+    than the list's column once lower-cased (``str.lower()`` can lengthen text)."""
+    if not storable_text(address):
+        raise ValidationError("%r holds a NUL character or a lone surrogate." % address)
+    try:
+        validate_email(address)
+    except ValidationError as exc:
+        raise ValidationError("%r is not an email address." % address) from exc
+    normal = normalise(address)
+    if len(normal) > MAX_ADDRESS_LENGTH:
+        raise ValidationError(
+            "%r is longer than %s characters once lower-cased." % (address, MAX_ADDRESS_LENGTH)
+        )
+    return normal
+
+
+def storable_text(text: str) -> bool:
+    """Whether a database's text column can hold ``text``: no NUL, no lone surrogate (which
+    UTF-8 cannot encode; JSON's ``\\ud800`` escape gives one)."""
+    return "\x00" not in text and not any("\ud800" <= char <= "\udfff" for char in text)
 
 
 @functools.lru_cache(maxsize=1024)

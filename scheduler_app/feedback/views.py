@@ -16,7 +16,6 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import RequestDataTooBig, ValidationError
-from django.core.validators import validate_email
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils.dateparse import parse_datetime
@@ -38,6 +37,8 @@ from scheduler_app.feedback.suppressions import (
     normalise,
     record_event,
     source_event_id,
+    storable_address,
+    storable_text,
     suppress,
 )
 from scheduler_app.models import Suppression
@@ -217,8 +218,10 @@ def _feedback(item: Any) -> Feedback:
     text = {}
     for name in ("id", "type", "address", "message_id", "key", "occurred_at", "detail"):
         value = item.get(name, "")
-        if not isinstance(value, str) or "\x00" in value:
-            raise ValueError("Event field %r must be a string without NUL characters." % name)
+        if not isinstance(value, str) or not storable_text(value):
+            raise ValueError(
+                "Event field %r must be a string without NUL characters or lone surrogates." % name
+            )
         text[name] = value
     if not text["id"]:
         raise ValueError('Each event needs an "id": the source\'s own id of the event.')
@@ -231,11 +234,9 @@ def _feedback(item: Any) -> Feedback:
         raise ValueError("Event %r needs an address, a message_id or a key." % text["id"])
     if text["address"]:
         try:
-            validate_email(text["address"])
+            storable_address(text["address"])
         except ValidationError as exc:
-            raise ValueError(
-                "Event %r: %r is not an email address." % (text["id"], text["address"])
-            ) from exc
+            raise ValueError("Event %r: %s" % (text["id"], exc.messages[0])) from exc
     if len(text["message_id"]) > 255 or len(text["key"]) > 600:
         raise ValueError("Event %r: message_id or key is too long." % text["id"])
     occurred = None

@@ -232,3 +232,17 @@ def test_the_batch_page_shows_its_unsubscribes_bounces_and_complaints(admin):
     assert (
         "unsubscribes 2 · hard bounces 1 · soft bounces 0 · complaints 1" in page.content.decode()
     )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("address", ["-ann@example.com", "=bo@example.com", "'cy@example.com"])
+def test_an_exported_list_imported_again_suppresses_the_same_addresses(admin, address):
+    """The export quotes a cell a spreadsheet would run (and one starting with the quote),
+    the import takes the quote off again."""
+    row = suppressed(address)
+    exported = admin.post(CHANGELIST, {"action": "export_action", ACTION_CHECKBOX: [row.pk]})
+    Suppression.objects.all().delete()  # another environment, or restoring the list
+
+    admin.post(IMPORT, {"file": SimpleUploadedFile("s.csv", exported.content)})
+
+    assert list(Suppression.objects.values_list("address", flat=True)) == [address]

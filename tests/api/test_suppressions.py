@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
 
 from scheduler_app.models import Suppression
 from tests.api.conftest import client_for
@@ -124,3 +125,24 @@ def test_an_idn_address_is_stored_in_ascii_form_unless_that_would_not_fit(ada):
 
     assert (short.status_code, short.json()["address"]) == (201, "ann@xn--bcher-kva.example")
     assert (long.status_code, long.json()["address"]) == (201, long_idn)
+
+
+@pytest.mark.django_db
+def test_an_address_longer_than_the_list_holds_once_lower_cased_is_a_400(ada):
+    """310 characters, valid; lower-cased, each U+0130 becomes two: 610."""
+    make_batch(ada, audience="newsletter")
+    address = "a@" + ".".join(["\u0130" * 60] * 5) + ".com"
+
+    response = client_for(ada).post(URL, {"address": address, "scope": "newsletter"}, format="json")
+
+    assert response.status_code == 400, response.content
+    assert "longer than 320 characters once lower-cased" in response.json()["error"]["message"]
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_token_with_a_nul_is_refused_with_401():
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token abc\x00def")
+
+    assert client.get(URL).status_code == 401

@@ -38,6 +38,10 @@ def anymail_event(event_type: str, **fields) -> None:
     tracking.send(sender=object, event=event, esp_name="TestESP")
 
 
+#: A valid address of 310 characters whose lower-case form has 610 (U+0130 becomes two).
+DOTTED_CAPITAL_I = "a@" + ".".join(["\u0130" * 60] * 5) + ".com"
+
+
 def post_webhook(client, events, *, secret: str = SECRET):
     return post_signed(client, json.dumps({"events": events}).encode(), secret=secret)
 
@@ -222,6 +226,18 @@ def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_ba
         ([{"id": "1", "type": "complaint", "address": "x" * 400}], "is not an email address"),
         ([{"id": 1, "type": "complaint", "address": "a@x.com"}], "'id' must be a string"),
         ([{"id": "1", "type": "complaint", "address": "a\x00@b.c"}], "without NUL"),
+        # Valid JSON (a \ud800 escape) that no database can store.
+        ([{"id": "1\ud800", "type": "complaint", "address": "a@x.com"}], "lone surrogates"),
+        (
+            [{"id": "1", "type": "complaint", "address": "a@x.com", "detail": "550 \ud800"}],
+            "lone surrogates",
+        ),
+        ([{"id": "1", "type": "complaint", "address": "a@ex\ud800.com"}], "lone surrogates"),
+        # 310 characters; lower-cased, each U+0130 becomes two: 610.
+        (
+            [{"id": "1", "type": "complaint", "address": DOTTED_CAPITAL_I}],
+            "is longer than 320 characters once lower-cased",
+        ),
         (
             [{"id": "1", "type": "complaint", "address": "a@x.com", "occurred_at": "yesterday"}],
             "ISO 8601",
@@ -471,3 +487,22 @@ def test_with_anymail_the_esps_message_id_is_stored_and_ties_events_back(custome
     assert ann.provider_message_id == str(mail.outbox[0].anymail_status.message_id)
     anymail_event("complained", event_id="esp-1", message_id=ann.provider_message_id)
     assert FeedbackEvent.objects.get().recipient_id == ann.pk
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "recipient", ["ann\x00@example.com", "ann@ex\ud800ample.com", DOTTED_CAPITAL_I, "not-mail"]
+)
+def test_an_anymail_event_for_an_address_the_list_cannot_hold_is_logged_and_dropped(
+    recipient, caplog
+):
+    """Raising would fail anymail's webhook view (a 500), and the ESP would send the whole
+    batch of events again."""
+    anymail_event("bounced", event_id="ev-bad", recipient=recipient)
+
+    assert not FeedbackEvent.objects.exists()
+    assert not Suppression.objects.exists()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "anymail event dropped esp=TestESP event=ev-bad: its recipient %r is not an address "
+        "the list can hold" % recipient
+    ]
