@@ -167,14 +167,19 @@ def _result(job: Job, task: Task, attempts: list[JobAttempt]) -> TaskResult:
         worker_ids.append(job.worker_id)  # the running attempt has no history row yet
     status = STATUSES[Status(job.status)]
     finished = status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+    # The job row's started_at is its latest claim's: an attempt only if the job is running
+    # or ended by it (a pending or cancelled job's may be a claim handed back unstarted).
+    starts = [attempt.started_at for attempt in counted]
+    if job.status in (Status.RUNNING, Status.SUCCEEDED, Status.FAILED) and job.started_at:
+        starts.append(job.started_at)
     result = TaskResult(
         task=task,
         id=str(job.pk),
         status=status,
         enqueued_at=job.created_at,
-        started_at=counted[0].started_at if counted else job.started_at,
+        started_at=starts[0] if starts else None,
         finished_at=(job.finished_at or job.cancelled_at) if finished else None,
-        last_attempted_at=job.started_at,
+        last_attempted_at=starts[-1] if starts else None,
         args=job.payload["args"],
         kwargs=job.payload["kwargs"],
         backend=job.payload["backend"],

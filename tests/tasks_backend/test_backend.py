@@ -14,9 +14,11 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from scheduler_app import clock
 from scheduler_app.cancellation import CancelOutcome, cancel
 from scheduler_app.checks import check_tasks_backends
 from scheduler_app.conf import app_settings
+from scheduler_app.db import backend
 from scheduler_app.exceptions import InvalidPayload, RetryLater, UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import JobContext
@@ -28,6 +30,8 @@ from scheduler_app.tasks_framework import (
     TaskResultStatus,
     task_backends,
 )
+from scheduler_app.worker.execution import ClaimedJob, hand_back
+from scheduler_app.worker.outcomes import record_one
 from tests.testapp.framework_tasks import TaskFailure, add, echo, record
 
 pytestmark = pytest.mark.django_db
@@ -78,6 +82,25 @@ def test_enqueue_writes_one_runner_job_and_returns_a_ready_result():
     assert (stored.args, stored.kwargs) == (result.args, result.kwargs)
     assert stored.task.priority == 30
     assert stored.task.func is echo.func
+
+
+@pytest.mark.parametrize("then", ["handed_back", "cancelled"])
+def test_a_result_claimed_and_handed_back_unstarted_reports_no_start(then):
+    """A worker stopping before it started the job (or a Celery relay that could not
+    publish it) hands it back; the claim's time is no start of the Task."""
+    result = add.enqueue(1, 2)
+    now = clock.now()
+    (row,) = backend().claim_jobs(
+        worker="w", queues=["default"], limit=1, now=now, lease=dt.timedelta(seconds=30)
+    )
+    job = ClaimedJob.from_row(row, started_at=now)
+    assert record_one(hand_back(job, "Worker w stopped before starting it."), worker="w")
+    if then == "cancelled":
+        assert cancel(int(result.id)) == CancelOutcome.CANCELLED
+
+    again = add.get_result(result.id)
+
+    assert (again.started_at, again.last_attempted_at, again.worker_ids) == (None, None, [])
 
 
 def test_priority_maps_to_the_opposite_job_priority_at_both_ends():
