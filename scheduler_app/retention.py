@@ -124,8 +124,10 @@ def _mark_blanked_batches(cutoff: dt.datetime) -> None:
     """
     left = Recipient.objects.filter(batch=OuterRef("pk")).exclude(context={})
     with transaction.atomic():
-        locked = list(_batches_with_contexts(cutoff).select_for_update().values_list("pk"))
-        SendBatch.objects.filter(pk__in=[pk for (pk,) in locked], contexts_blanked_at=None).exclude(
+        locked = list(
+            _batches_with_contexts(cutoff).select_for_update().values_list("pk", flat=True)
+        )
+        SendBatch.objects.filter(pk__in=locked, contexts_blanked_at=None).exclude(
             Exists(left)
         ).update(contexts_blanked_at=clock.now())
 

@@ -28,7 +28,7 @@ from django.utils import timezone
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.db import database_now, in_lists, notify_jobs_scheduled
+from scheduler_app.db import database_now, has_lone_surrogate, in_lists, notify_jobs_scheduled
 from scheduler_app.exceptions import (
     InvalidPayload,
     InvalidSchedule,
@@ -279,7 +279,7 @@ def _build_job(
         raise ValidationError("unique_key must be a non-empty string of at most 255 characters.")
     if unique_key is not None and "\x00" in unique_key:
         raise ValidationError("unique_key must not contain a NUL character (\\x00).")
-    if unique_key is not None and _has_surrogate(unique_key):
+    if unique_key is not None and has_lone_surrogate(unique_key):
         raise ValidationError("unique_key must be valid Unicode text (no surrogate code points).")
     scheduled_for = request.scheduled_for if request.scheduled_for is not None else run_at
     if timezone.is_naive(scheduled_for):
@@ -320,7 +320,7 @@ def check_payload(payload: Any) -> Any:
             "The payload contains a NUL character (\\x00), which the database cannot store."
         )
     # PostgreSQL's json refuses lone surrogates (json.dumps escapes every surrogate as \udXXX).
-    if "\\ud" in text and _contains(stored, _has_surrogate):
+    if "\\ud" in text and _contains(stored, has_lone_surrogate):
         raise InvalidPayload(
             "The payload contains text that is not valid Unicode (a surrogate code point), "
             "which the database cannot store."
@@ -330,10 +330,6 @@ def check_payload(payload: Any) -> Any:
 
 def _has_nul(text: str) -> bool:
     return "\x00" in text
-
-
-def _has_surrogate(text: str) -> bool:
-    return any("\ud800" <= char <= "\udfff" for char in text)
 
 
 def _contains(value: Any, found: Callable[[str], bool]) -> bool:

@@ -153,13 +153,8 @@ def spawn_worker(*args: str, env: dict[str, str] | None = None) -> subprocess.Po
     )
 
 
-@contextlib.contextmanager
-def running_worker(**overrides: Any) -> Iterator[Worker]:
-    """Run a real Worker in a thread of this process for the block, then stop it.
-
-    run() returns only after its LISTEN thread let go of its connection, so
-    the test database can be flushed right after.
-    """
+def make_worker(**overrides: Any) -> Worker:
+    """Return a Worker (not started) with the options in-process tests use."""
     options = {
         "queues": ("default",),
         "concurrency": 2,
@@ -171,7 +166,17 @@ def running_worker(**overrides: Any) -> Iterator[Worker]:
         "summary_interval": 60,
         **overrides,
     }
-    worker = Worker(WorkerOptions(**options))
+    return Worker(WorkerOptions(**options))
+
+
+@contextlib.contextmanager
+def running_worker(**overrides: Any) -> Iterator[Worker]:
+    """Run a real Worker in a thread of this process for the block, then stop it.
+
+    run() returns only after its LISTEN thread let go of its connection, so
+    the test database can be flushed right after.
+    """
+    worker = make_worker(**overrides)
     errors: list[BaseException] = []
 
     def run() -> None:

@@ -35,6 +35,12 @@ def in_lists(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
 T = TypeVar("T")
 
 
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate code point, which UTF-8 cannot encode, so
+    no database's text can hold it (JSON's ``\\ud800`` escape gives one)."""
+    return any("\ud800" <= char <= "\udfff" for char in text)
+
+
 def write_across_reconnects(
     write: Callable[[], T],
     *,

@@ -207,7 +207,7 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[tuple[int, int]
         return set()
     with bound_cursor() as cursor:
         cursor.execute(FINISH, _finish_params(rows, worker))
-        return {(job_id, token) for job_id, token in cursor.fetchall()}
+        return set(cursor.fetchall())
 
 
 #: The columns of a finish row (worker.execution.Finish.as_row), as FINISH names them.
@@ -337,11 +337,7 @@ def _finish_and_claim(
             setting.execute(AFTER_CLAIM, prepare=True)
         # Read once the pipeline has ended: a fetch inside it sends a sync of its own, and
         # the end of the block another, which cost a second round trip on every turn.
-        accepted = (
-            {(job_id, token) for job_id, token in finishing.fetchall()}
-            if finish is not None
-            else set()
-        )
+        accepted = set(finishing.fetchall()) if finish is not None else set()
         return accepted, claiming.fetchall()
 
 

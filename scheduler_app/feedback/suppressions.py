@@ -25,6 +25,7 @@ from django.utils.module_loading import import_string
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user
+from scheduler_app.db import has_lone_surrogate
 from scheduler_app.exceptions import UnmatchedFeedback
 from scheduler_app.models import (
     ControlEvent,
@@ -68,7 +69,7 @@ def storable_address(address: str) -> str:
     """Return ``address`` normalised; raise ValidationError if it is not an email address
     the list can hold: text a database stores (no NUL, no lone surrogate), and no longer
     than the list's column once lower-cased (``str.lower()`` can lengthen text)."""
-    if not storable_text(address):
+    if not is_storable_text(address):
         raise ValidationError("%r holds a NUL character or a lone surrogate." % address)
     try:
         validate_email(address)
@@ -82,10 +83,9 @@ def storable_address(address: str) -> str:
     return normal
 
 
-def storable_text(text: str) -> bool:
-    """Whether a database's text column can hold ``text``: no NUL, no lone surrogate (which
-    UTF-8 cannot encode; JSON's ``\\ud800`` escape gives one)."""
-    return "\x00" not in text and not any("\ud800" <= char <= "\udfff" for char in text)
+def is_storable_text(text: str) -> bool:
+    """Whether a database's text column can hold ``text``: no NUL, no lone surrogate."""
+    return "\x00" not in text and not has_lone_surrogate(text)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -34,11 +34,11 @@ from scheduler_app.feedback import unsubscribe
 from scheduler_app.feedback.suppressions import (
     Feedback,
     Kind,
+    is_storable_text,
     normalise,
     record_event,
     source_event_id,
     storable_address,
-    storable_text,
     suppress,
 )
 from scheduler_app.models import Suppression
@@ -218,7 +218,7 @@ def _feedback(item: Any) -> Feedback:
     text = {}
     for name in ("id", "type", "address", "message_id", "key", "occurred_at", "detail"):
         value = item.get(name, "")
-        if not isinstance(value, str) or not storable_text(value):
+        if not isinstance(value, str) or not is_storable_text(value):
             raise ValueError(
                 "Event field %r must be a string without NUL characters or lone surrogates." % name
             )

@@ -20,8 +20,8 @@ from scheduler_app.models import Job, JobAttempt, Schedule
 from scheduler_app.signals import attempt_finished, job_failed
 from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob, Finish
-from scheduler_app.worker.loop import Worker, WorkerFatal, WorkerOptions
-from tests.helpers import running_worker, wait_for_status, wait_until
+from scheduler_app.worker.loop import WorkerFatal
+from tests.helpers import make_worker, running_worker, wait_for_status, wait_until
 
 SECOND = dt.timedelta(seconds=1)
 Status = Job.Status
@@ -120,18 +120,7 @@ def test_unstorable_results_and_errors_do_not_poison_the_batch(caplog):
 def test_a_refused_outcome_costs_only_itself(caplog):
     """If the batched FINISH is refused, outcomes are recorded one by one, the bad one cut down."""
     good, bad = schedule("tests.faults.returns"), schedule("tests.faults.returns")
-    worker = Worker(
-        WorkerOptions(
-            queues=("default",),
-            concurrency=2,
-            batch_size=10,
-            poll_interval=0.05,
-            lease_seconds=10,
-            shutdown_timeout=5,
-            database_unavailable_timeout=10,
-            summary_interval=60,
-        )
-    )
+    worker = make_worker()
     now = clock.now()
     rows = backend().claim_jobs(
         worker=worker.id, queues=["default"], limit=2, now=now, lease=worker.options.lease
@@ -169,18 +158,7 @@ def test_a_stale_failure_flushed_with_the_current_success_is_not_reported():
     the outcome the lease token accepted is counted and signalled, so no job_failed goes out
     for a job that succeeded."""
     job = schedule("tests.faults.returns")
-    worker = Worker(
-        WorkerOptions(
-            queues=("default",),
-            concurrency=2,
-            batch_size=10,
-            poll_interval=0.05,
-            lease_seconds=10,
-            shutdown_timeout=5,
-            database_unavailable_timeout=10,
-            summary_interval=60,
-        )
-    )
+    worker = make_worker()
 
     def claim_one() -> ClaimedJob:
         now = clock.now()
