@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
@@ -40,6 +41,42 @@ def bound_cursor() -> Iterator[psycopg.Cursor]:
     connection.ensure_connection()
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         yield cursor
+
+
+class _ThreadCursors(threading.local):
+    """reused_cursor()'s cursors: this thread's, on one psycopg connection."""
+
+    def __init__(self) -> None:
+        self.raw: psycopg.Connection | None = None
+        self.by_role: dict[str, psycopg.Cursor] = {}
+
+
+_reused = _ThreadCursors()
+
+
+def reused_cursor(
+    role: str, set_up: Callable[[psycopg.Cursor], None] | None = None
+) -> psycopg.Cursor:
+    """Return this thread's server-binding cursor for ``role`` (see bound_cursor) on
+    Django's connection, made once per connection.
+
+    For the statements run once per job turn or per recipient: a new psycopg cursor sets
+    its adapters and dumpers up again, which costs the client about as much CPU as
+    binding and sending the per-recipient statement itself (bench/results-sends.md). Its
+    rows must be read before the same role is asked for again; wrap its statements in
+    ``connection.wrap_database_errors``. ``set_up`` is called on each new cursor. After a
+    reconnection the thread gets new cursors.
+    """
+    connection.ensure_connection()
+    raw = connection.connection
+    if _reused.raw is not raw:
+        _reused.raw, _reused.by_role = raw, {}
+    cursor = _reused.by_role.get(role)
+    if cursor is None:
+        cursor = _reused.by_role[role] = psycopg.Cursor(raw)
+        if set_up is not None:
+            set_up(cursor)
+    return cursor
 
 
 def native_timestamps(cursor: psycopg.Cursor) -> None:
@@ -322,16 +359,13 @@ def _stale_plan(exc: NotSupportedError) -> bool:
 def _finish_and_claim(
     raw: psycopg.Connection, finish: list | None, claim: dict
 ) -> tuple[set[tuple[int, int]], list[tuple]]:
-    with (
-        connection.wrap_database_errors,
-        psycopg.Cursor(raw) as finishing,
-        psycopg.Cursor(raw) as claiming,
-        psycopg.Cursor(raw) as setting,
-    ):
+    finishing = reused_cursor("finish")
+    claiming = reused_cursor("claim", set_up=native_timestamps)
+    setting = reused_cursor("claim settings")
+    with connection.wrap_database_errors:
         with raw.pipeline():
             if finish is not None:
                 finishing.execute(FINISH, finish, prepare=True)
-            native_timestamps(claiming)
             setting.execute(IN_CLAIM_ORDER, prepare=True)
             claiming.execute(CLAIM, claim, prepare=True)
             setting.execute(AFTER_CLAIM, prepare=True)
@@ -722,7 +756,8 @@ def _run_prepared(sql: str, params: dict) -> list[tuple]:
     after a migration, see prepared_again()); return its rows."""
 
     def run() -> list[tuple]:
-        with bound_cursor() as cursor:
+        cursor = reused_cursor("prepared")
+        with connection.wrap_database_errors:
             cursor.execute(sql, params, prepare=True)
             return cursor.fetchall()
 
