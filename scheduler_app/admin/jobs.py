@@ -162,6 +162,11 @@ class JobAdmin(SchedulerModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Deleting would get round cancel's rules (a running job, a send lane) and records;
+        # retention removes finished jobs.
+        return False
+
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         _request_state.paused = paused_scopes()
         if request.method == "GET":

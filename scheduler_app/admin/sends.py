@@ -7,9 +7,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.core.files.storage import default_storage
+from django.db import transaction
 from django.db.models import QuerySet
 from django.http import (
     FileResponse,
@@ -109,6 +111,21 @@ class ReasonForm(forms.Form):
     )
 
 
+def delete_drafts(modeladmin: SendBatchAdmin, request: HttpRequest, queryset: QuerySet) -> Any:
+    """Django's delete_selected for draft batches; a selection holding any other batch is
+    refused as a whole, naming those."""
+    others = [batch for batch in queryset if batch.status != Status.DRAFT]
+    if others:
+        modeladmin.message_user(
+            request,
+            "Only draft batches can be deleted; nothing was deleted. Not drafts: %s."
+            % ", ".join("%s (%s)" % (batch, batch.get_status_display()) for batch in others),
+            messages.ERROR,
+        )
+        return None
+    return delete_selected(modeladmin, request, queryset)
+
+
 @admin.register(SendBatch)
 class SendBatchAdmin(SchedulerModelAdmin):
     form = SendBatchForm
@@ -138,6 +155,25 @@ class SendBatchAdmin(SchedulerModelAdmin):
         # Only drafts can be edited: any other batch's page is a view page (no Save buttons).
         editable = obj is None or obj.status == Status.DRAFT
         return editable and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Only drafts: a batch once scheduled keeps its sent markers (who got what) and the
+        # batch its lanes send; cancel stops a send, retention prunes old ones.
+        deletable = obj is None or obj.status == Status.DRAFT
+        return deletable and super().has_delete_permission(request, obj)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        if "delete_selected" in actions:
+            _, name, description = actions["delete_selected"]
+            actions[name] = (delete_drafts, name, description)
+        return actions
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        # A draft scheduled since the confirmation page was shown is not deleted.
+        with transaction.atomic():
+            drafts = queryset.select_for_update().filter(status=Status.DRAFT)
+            super().delete_queryset(request, drafts)
 
     def save_model(self, request: HttpRequest, obj: SendBatch, form: Any, change: bool) -> None:
         if not change:

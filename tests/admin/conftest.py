@@ -86,6 +86,10 @@ def change(model: str, pk: int) -> str:
     return reverse("admin:scheduler_app_%s_change" % model, args=[pk])
 
 
+def delete(model: str, pk: int) -> str:
+    return reverse("admin:scheduler_app_%s_delete" % model, args=[pk])
+
+
 def post_action(client: Client, model: str, action: str, objs: Iterable[Any], **extra: Any) -> Any:
     """POST a changelist action for ``objs`` as the admin's action form does."""
     data = {"action": action, ACTION_CHECKBOX: [o.pk for o in objs], **extra}

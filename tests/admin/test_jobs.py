@@ -9,7 +9,16 @@ import pytest
 from scheduler_app import schedule
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job, JobAttempt
-from tests.admin.conftest import JOB_FIELDS, change, changelist, messages_of, post_action, snapshot
+from tests.admin.conftest import (
+    JOB_FIELDS,
+    change,
+    changelist,
+    delete,
+    messages_of,
+    offered_actions,
+    post_action,
+    snapshot,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -194,6 +203,16 @@ def test_job_detail_shows_payload_and_attempt_history_read_only(admin, make_job)
 
 def test_job_admin_has_no_add_page(admin):
     assert admin.get("/admin/scheduler_app/job/add/").status_code == 403
+
+
+@pytest.mark.parametrize("status", [Job.Status.PENDING, Job.Status.RUNNING, Job.Status.SUCCEEDED])
+def test_jobs_cannot_be_deleted_in_the_admin(admin, make_job, status):
+    # Deleting would get round cancel's rules and records; retention removes old jobs.
+    job = make_job(status)
+    assert "delete_selected" not in offered_actions(admin, "job")
+    post_action(admin, "job", "delete_selected", [job], post="yes")
+    assert admin.post(delete("job", job.pk), {"post": "yes"}).status_code == 403
+    assert Job.objects.filter(pk=job.pk).exists()
 
 
 def test_search_finds_a_job_by_unique_key(admin, make_job):

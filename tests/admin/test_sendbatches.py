@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from scheduler_app import clock
 from scheduler_app.db import database_now
-from scheduler_app.models import ControlEvent, Job, SendBatch
+from scheduler_app.models import ControlEvent, Job, Recipient, SendBatch
 from scheduler_app.sends.batches import schedule_batch
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 from tests.admin.conftest import (
@@ -20,6 +20,7 @@ from tests.admin.conftest import (
     change,
     changelist,
     client_for,
+    delete,
     form_data,
     get,
     messages_of,
@@ -115,6 +116,36 @@ def test_a_batch_that_is_no_longer_a_draft_cannot_be_edited(admin, make_batch):
     admin.post(change("sendbatch", batch.pk), {"text_template": "changed", "name": "changed"})
     stored = SendBatch.objects.get(pk=batch.pk)
     assert (stored.name, stored.text_template) == (batch.name, batch.text_template)
+
+
+@pytest.mark.parametrize(
+    "status", [Status.SCHEDULED, Status.SENDING, Status.PAUSED, Status.COMPLETED, Status.CANCELLED]
+)
+def test_only_drafts_can_be_deleted_the_sent_markers_stay(admin, make_batch, status):
+    draft = make_batch(name="draft")
+    batch = make_batch(status=status, total=1, sent=1)
+    Recipient.objects.create(
+        batch=batch, recipient_key="k1", address="a@example.com", status=Recipient.Status.SENT
+    )
+    response = post_action(admin, "sendbatch", "delete_selected", [draft, batch], post="yes")
+    assert messages_of(response) == [
+        (
+            "error",
+            "Only draft batches can be deleted; nothing was deleted. Not drafts: %s (%s)."
+            % (batch, batch.get_status_display()),
+        )
+    ]
+    assert SendBatch.objects.filter(pk__in=[draft.pk, batch.pk]).count() == 2
+    assert Recipient.objects.filter(batch=batch).count() == 1
+    assert admin.post(delete("sendbatch", batch.pk), {"post": "yes"}).status_code == 403
+    assert SendBatch.objects.filter(pk=batch.pk).exists()
+
+
+def test_a_draft_can_be_deleted(admin, make_batch):
+    draft = make_batch()
+    response = post_action(admin, "sendbatch", "delete_selected", [draft], post="yes")
+    assert messages_of(response) == [("success", "Successfully deleted 1 send batch.")]
+    assert not SendBatch.objects.filter(pk=draft.pk).exists()
 
 
 # -- dry-run -----------------------------------------------------------------------------
