@@ -99,7 +99,10 @@ def expected_cadence(schedule: Schedule, now: dt.datetime) -> dt.timedelta | Non
         period = max(later - earlier for earlier, later in itertools.pairwise(times))
     else:
         period = schedule.interval
-    return period * CADENCE_SLACK + schedule.misfire_grace + schedule.jitter
+    try:
+        return period * CADENCE_SLACK + schedule.misfire_grace + schedule.jitter
+    except OverflowError:  # durations stored unvalidated, beyond LONGEST_DURATION
+        return None
 
 
 def _task_target(task_name: str) -> Targets:

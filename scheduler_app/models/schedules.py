@@ -6,12 +6,17 @@ import datetime as dt
 import zoneinfo
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_app import clock
 from scheduler_app.models.jobs import Job
+
+#: The longest interval, grace, jitter or alert target a schedule takes (ten years): the
+#: scheduler and the alert rules add them to times and to each other.
+LONGEST_DURATION = dt.timedelta(days=3652)
 
 
 def validate_cron(expression: str) -> None:
@@ -74,7 +79,9 @@ class Schedule(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CRON)
     cron = models.CharField(max_length=200, blank=True, default="", validators=[validate_cron])
     timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
-    interval = models.DurationField(null=True, blank=True)
+    interval = models.DurationField(
+        validators=[MaxValueValidator(LONGEST_DURATION)], null=True, blank=True
+    )
     start_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -86,10 +93,12 @@ class Schedule(models.Model):
         max_length=8, choices=Misfire.choices, default=Misfire.RUN_ONCE
     )
     misfire_grace = models.DurationField(
+        validators=[MaxValueValidator(LONGEST_DURATION)],
         default=dt.timedelta(minutes=1),
         help_text=_("An occurrence later than this when the scheduler sees it counts as missed."),
     )
     jitter = models.DurationField(
+        validators=[MaxValueValidator(LONGEST_DURATION)],
         default=dt.timedelta(0),
         help_text=_("Spread runs by a random offset up to this, fixed per occurrence."),
     )
@@ -97,14 +106,19 @@ class Schedule(models.Model):
     # Targets (see scheduler_app.targets); empty: the task's, else the defaults.
     # Code owns them for a schedule declared in code: a sync overwrites them.
     lateness_target = models.DurationField(
+        validators=[MaxValueValidator(LONGEST_DURATION)],
         null=True,
         blank=True,
         help_text=_("Alert when the p95 lateness of first attempts over 24 h exceeds this."),
     )
     max_runtime = models.DurationField(
-        null=True, blank=True, help_text=_("Alert when a run has been running longer than this.")
+        validators=[MaxValueValidator(LONGEST_DURATION)],
+        null=True,
+        blank=True,
+        help_text=_("Alert when a run has been running longer than this."),
     )
     expected_every = models.DurationField(
+        validators=[MaxValueValidator(LONGEST_DURATION)],
         null=True,
         blank=True,
         help_text=_(

@@ -233,3 +233,23 @@ def test_a_zero_runs_alert_may_count_with_the_tasks_count_key(admin, make_schedu
     response = admin.post(change("schedule", schedule.pk), data)
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert Schedule.objects.get(pk=schedule.pk).zero_runs_alert == 3
+
+
+@pytest.mark.parametrize(
+    "field", ["jitter", "misfire_grace", "interval", "expected_every", "max_runtime"]
+)
+def test_a_duration_beyond_ten_years_is_a_form_error_and_the_page_still_opens(admin, field):
+    schedule = Schedule.objects.create(
+        name="hourly",
+        task_name="tests.noop",
+        kind=Schedule.Kind.FIXED_RATE,
+        interval=dt.timedelta(hours=1),
+    )
+    data = form_data(admin.get(change("schedule", schedule.pk)))
+    data[field] = "999999999 00:00:00"  # the longest duration Django's form field reads
+    saved = admin.post(change("schedule", schedule.pk), data)
+    assert saved.status_code == 200
+    assert saved.context["adminform"].form.errors[field] == [
+        "Ensure this value is less than or equal to 3652 days, 0:00:00."
+    ]
+    assert admin.get(change("schedule", schedule.pk)).status_code == 200

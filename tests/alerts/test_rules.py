@@ -129,6 +129,28 @@ def test_absent_for_a_schedule_follows_its_recurrence_by_default():
         assert set(open_alerts(Kind.ABSENT)) == {"schedule:every-ten"}
 
 
+@pytest.mark.postgres_only  # SQLite cannot store such a jitter
+def test_absent_is_evaluated_for_every_schedule_when_one_has_a_duration_too_long_to_add():
+    with frozen_clock(T0):
+        Schedule.objects.create(
+            name="every-ten",
+            task_name="tests.noop",
+            kind=Schedule.Kind.FIXED_RATE,
+            interval=dt.timedelta(minutes=10),
+            created_at=T0 - HOUR,
+        )
+        # Stored before durations were bounded (or by code that skips validation).
+        Schedule.objects.create(
+            name="a-jittery-one",
+            task_name="tests.noop",
+            cron="0 3 * * *",
+            jitter=dt.timedelta(days=999_999_999),
+        )
+        result = evaluate()
+    assert result.failed_rules == ()
+    assert set(open_alerts(Kind.ABSENT)) == {"schedule:every-ten"}
+
+
 def test_absent_for_a_schedule_reports_the_schedules_last_success_not_its_tasks():
     """A job of the same task run outside the schedule is no success of the schedule."""
     with frozen_clock(T0):
