@@ -34,7 +34,7 @@ from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.db import database_now
-from scheduler_app.exceptions import SchedulerError
+from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.feedback.suppressions import batch_feedback
 from scheduler_app.models import RateLimit, Recipient, SendBatch
 from scheduler_app.sends import batches, states
@@ -109,6 +109,12 @@ class ReasonForm(forms.Form):
         required=True,
         error_messages={"required": "A reason is required to pause."},
     )
+
+    def clean_reason(self) -> str:
+        try:
+            return batches.check_pause_reason(self.cleaned_data["reason"])
+        except ValidationError as exc:
+            raise forms.ValidationError(exc.message) from exc
 
 
 def delete_drafts(modeladmin: SendBatchAdmin, request: HttpRequest, queryset: QuerySet) -> Any:
@@ -469,7 +475,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
         if not form.is_valid():
             if "confirm" in request.POST:
                 self.message_user(
-                    request, "A reason is required to pause. Nothing was paused.", messages.ERROR
+                    request, "%s Nothing was paused." % form.errors["reason"][0], messages.ERROR
                 )
             return self._confirm(request, queryset, "pause_action", "Pause", form=form)
         for batch in queryset:

@@ -13,7 +13,7 @@ from django.template.response import TemplateResponse
 from scheduler_app import controls
 from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.conf import app_settings
-from scheduler_app.exceptions import SchedulerError
+from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.models import Control, ControlEvent, SendBatch
 from scheduler_app.registry import all_tasks
 from scheduler_app.sends import batches
@@ -29,7 +29,15 @@ class SwitchForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        if data.get("action") == "pause" and not (data.get("reason") or "").strip():
+        if data.get("action") != "pause":
+            return data
+        reason = data.get("reason") or ""
+        if data.get("scope") == "batch":
+            try:
+                batches.check_pause_reason(reason)
+            except ValidationError as exc:
+                raise forms.ValidationError(exc.message) from exc
+        elif not reason.strip():
             raise forms.ValidationError("A reason is required to pause.")
         return data
 

@@ -15,9 +15,10 @@ from rest_framework import serializers
 
 from scheduler_app.cancellation import CancelOutcome
 from scheduler_app.db import stored_time_zone
+from scheduler_app.exceptions import ValidationError as SchedulerValidationError
 from scheduler_app.feedback.suppressions import storable_address
 from scheduler_app.models import Job, SendBatch, Suppression
-from scheduler_app.sends.batches import batch_progress
+from scheduler_app.sends.batches import batch_progress, check_pause_reason
 
 
 class TextPattern(RegexValidator):
@@ -301,6 +302,12 @@ class BatchPauseSerializer(serializers.Serializer):
     reason = StrictCharField(
         min_length=1, validators=[NOT_BLANK], help_text="Why the send is paused."
     )
+
+    def validate_reason(self, value: str) -> str:
+        try:
+            return check_pause_reason(value)
+        except SchedulerValidationError as exc:
+            raise serializers.ValidationError(exc.message) from exc
 
 
 @extend_schema_serializer(component_name="SchedulerBatchResult")

@@ -152,11 +152,25 @@ def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] =
     return batch
 
 
-def pause_batch(batch_id: int, *, by: Any = None, reason: str) -> bool:
-    """Pause a scheduled or sending batch; lanes stop before their next chunk."""
+def check_pause_reason(reason: str) -> str:
+    """Return ``reason`` if an operator may pause a batch with it; else raise ValidationError.
+
+    It must say something, and not pass for the stale-send guard's own reason: resuming
+    the guard's pause allows the late send (see resume_batch).
+    """
     if not reason or not reason.strip():
         raise ValidationError("A reason is required to pause.")
-    return states.pause(batch_id, by=by, reason=reason)
+    if reason.lstrip().startswith(states.STALE_PREFIX):
+        raise ValidationError(
+            'A pause reason cannot start with "%s": that marks the stale-send guard\'s own '
+            "pauses." % states.STALE_PREFIX
+        )
+    return reason
+
+
+def pause_batch(batch_id: int, *, by: Any = None, reason: str) -> bool:
+    """Pause a scheduled or sending batch; lanes stop before their next chunk."""
+    return states.pause(batch_id, by=by, reason=check_pause_reason(reason))
 
 
 def resume_batch(batch_id: int, *, by: Any = None) -> bool:

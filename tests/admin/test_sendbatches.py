@@ -32,6 +32,11 @@ from tests.testapp.models import ProviderBehaviour, ProviderCall
 
 pytestmark = pytest.mark.django_db
 
+#: What pausing with a reason like the stale-send guard's is refused with.
+STALE_REASON_REFUSED = (
+    'A pause reason cannot start with "stale:": that marks the stale-send guard\'s own pauses.'
+)
+
 Status = SendBatch.Status
 CHANGE = ("view_sendbatch", "change_sendbatch")
 
@@ -436,6 +441,16 @@ def test_pause_without_a_reason_is_refused_and_changes_nothing(admin, make_batch
     assert response.context["form"].errors == {"reason": ["A reason is required to pause."]}
     assert snapshot(batch, *BATCH_FIELDS) == before
     assert not ControlEvent.objects.exists()
+
+
+def test_pause_with_the_stale_send_guards_reason_is_refused_and_changes_nothing(admin, make_batch):
+    batch = make_batch(status=Status.SENDING)
+    response = post_action(
+        admin, "sendbatch", "pause_action", [batch], confirm="yes", reason="stale: hold on"
+    )
+    assert response.context["form"].errors == {"reason": [STALE_REASON_REFUSED]}
+    assert messages_of(response) == [("error", STALE_REASON_REFUSED + " Nothing was paused.")]
+    assert SendBatch.objects.get(pk=batch.pk).status == Status.SENDING
 
 
 def test_pause_with_a_reason_pauses_and_records_it(admin, superuser, make_batch):

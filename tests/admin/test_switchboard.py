@@ -13,6 +13,11 @@ from tests.admin.conftest import changelist, client_for, get, messages_of
 
 pytestmark = pytest.mark.django_db
 
+#: What pausing with a reason like the stale-send guard's is refused with.
+STALE_REASON_REFUSED = (
+    'A pause reason cannot start with "stale:": that marks the stale-send guard\'s own pauses.'
+)
+
 SWITCHBOARD = "/admin/scheduler_app/control/"
 
 
@@ -61,6 +66,13 @@ def test_pause_without_a_reason_is_refused_and_changes_nothing(admin, scope, tar
     assert messages_of(response) == [("error", "A reason is required to pause.")]
     assert paused_rows() == []
     assert events() == []
+
+
+def test_pausing_a_batch_with_the_stale_send_guards_reason_is_refused(admin, make_batch):
+    batch = make_batch(status=SendBatch.Status.SENDING)
+    response = switch(admin, "batch", str(batch.pk), reason="stale: hold on")
+    assert messages_of(response) == [("error", STALE_REASON_REFUSED)]
+    assert SendBatch.objects.get(pk=batch.pk).status == SendBatch.Status.SENDING
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,11 @@ from tests.testapp.models import Customer
 
 pytestmark = pytest.mark.django_db
 
+#: What pausing with a reason like the stale-send guard's is refused with.
+STALE_REASON_REFUSED = (
+    'A pause reason cannot start with "stale:": that marks the stale-send guard\'s own pauses.'
+)
+
 Status = SendBatch.Status
 NOT_FOUND = {"error": {"code": "not_found", "message": "Not found.", "fields": {}}}
 RELAX = ("audience_within_limit", "dry_run_clean", "seed_sent")
@@ -165,6 +170,17 @@ def test_pause_requires_a_reason_naming_the_field(api, ada):
         assert set(response.json()["error"]["fields"]) == {"reason"}
     assert response.json()["error"]["code"] == "invalid"
     assert stored(batch).status == Status.SCHEDULED
+
+
+def test_a_pause_reason_cannot_pass_for_the_stale_send_guards(api, ada):
+    # Resuming a guard's pause allows the stale send for good (stale_send_allowed).
+    batch = make_batch(ada, status=Status.SENDING)
+
+    response = api.post(url(batch, "pause"), {"reason": " stale: hold on"}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == {"reason": [STALE_REASON_REFUSED]}
+    assert stored(batch).status == Status.SENDING
 
 
 def test_pause_pauses_and_keeps_the_reason_and_repeating_it_is_harmless(api, ada):
