@@ -617,14 +617,20 @@ class BatchViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, SchedulerVi
             raise exceptions.NotFound() from exc
         if outcome.cancelled:
             return self._result("cancelled", batch)
-        if outcome.status == BatchStatus.CANCELLED:
-            return self._result("already_cancelled", batch)
         batch = self.refreshed(batch)
+        if outcome.status == BatchStatus.CANCELLED and batch.started_at is None:
+            return self._result("already_cancelled", batch)
         progress = "%s of %s sent" % (
             outcome.sent,
             outcome.total if outcome.total is not None else "?",
         )
-        if outcome.status in (BatchStatus.COMPLETED, BatchStatus.FAILED):
+        if outcome.status == BatchStatus.CANCELLED:  # by a cancel, after lanes had started
+            code = "already_sending"
+            message = (
+                "Too late to undo: batch %s was cancelled after it had started sending (%s)."
+                % (batch.pk, progress)
+            )
+        elif outcome.status in (BatchStatus.COMPLETED, BatchStatus.FAILED):
             code = "already_finished"
             message = "Too late to undo: batch %s has already been sent (%s, %s)." % (
                 batch.pk,

@@ -349,6 +349,30 @@ def test_undo_of_a_paused_batch_that_started_is_already_sending(api, ada):
     assert api.post(url(batch, "undo")).json()["error"]["code"] == "already_sending"
 
 
+def test_undo_of_a_batch_cancelled_after_it_started_sending_is_too_late(api, ada):
+    # Cancelled mid-send (or a cancel that won the race after a lane started): not undone.
+    batch = make_batch(ada, status=Status.CANCELLED, started=True, total=50, sent=12)
+
+    response = api.post(url(batch, "undo"))
+
+    assert response.status_code == 409
+    body = response.json()
+    assert body["error"]["code"] == "already_sending"
+    assert body["error"]["message"] == (
+        "Too late to undo: batch %s was cancelled after it had started sending (12 of 50 sent)."
+        % batch.pk
+    )
+    assert (body["sent"], body["total"]) == (12, 50)
+
+
+def test_undo_of_a_batch_cancelled_before_it_started_is_already_cancelled(api, ada):
+    batch = make_batch(ada, status=Status.CANCELLED)
+
+    response = api.post(url(batch, "undo"))
+
+    assert (response.status_code, response.json()["outcome"]) == (200, "already_cancelled")
+
+
 def test_batch_write_actions_are_throttled(ada, settings):
     settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"scheduler_app_write": "2/min"}}
     api = client_for(ada)
