@@ -26,7 +26,6 @@ from rest_framework import authentication, exceptions, mixins, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.pagination import CursorPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -36,6 +35,7 @@ from rest_framework.views import APIView
 from scheduler_app import cancellation, clock
 from scheduler_app.api.authentication import TokenAuthentication
 from scheduler_app.api.errors import Conflict, error_body, exception_handler
+from scheduler_app.api.parsers import JSONParser
 from scheduler_app.api.permissions import (
     RESUME_BATCHES,
     SEND_MESSAGES,

@@ -183,6 +183,23 @@ def test_a_pause_reason_cannot_pass_for_the_stale_send_guards(api, ada):
     assert stored(batch).status == Status.SENDING
 
 
+def test_pause_with_a_body_nested_too_deeply_to_read_is_a_400_parse_error(api, ada):
+    batch = make_batch(ada)
+    body = b'{"reason": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+
+    response = api.post(url(batch, "pause"), body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "code": "parse_error",
+            "message": "JSON parse error - it is nested too deeply.",
+            "fields": {},
+        }
+    }
+    assert stored(batch).status == Status.SCHEDULED
+
+
 def test_pause_pauses_and_keeps_the_reason_and_repeating_it_is_harmless(api, ada):
     batch = make_batch(ada, status=Status.SENDING)
 

@@ -100,6 +100,24 @@ def test_missing_fields_are_named_and_a_non_object_body_is_400(api):
 
 
 @pytest.mark.django_db
+def test_a_body_nested_too_deeply_to_read_is_a_400_parse_error(api):
+    nested = b"[" * 5000 + b"]" * 5000  # 10 kB, far below DATA_UPLOAD_MAX_MEMORY_SIZE
+    body = b'{"to": "ann@example.com", "subject": "Hello", "text": ' + nested + b"}"
+
+    response = api.post("/api/messages/", body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "code": "parse_error",
+            "message": "JSON parse error - it is nested too deeply.",
+            "fields": {},
+        }
+    }
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
 def test_anonymous_is_401_and_writes_are_throttled(ada, settings):
     assert client_for(None).post("/api/messages/", MESSAGE, format="json").status_code == 401
     settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"scheduler_app_write": "1/min"}}

@@ -104,6 +104,24 @@ def test_bad_input_gets_a_400_naming_the_field(ada, bea, body, field, message):
 
 
 @pytest.mark.django_db
+def test_a_body_nested_too_deeply_to_read_is_a_400_parse_error(ada):
+    make_batch(ada, audience="newsletter")
+    body = b'{"address": "d@x.com", "scope": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+
+    response = client_for(ada).post(URL, body, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "code": "parse_error",
+            "message": "JSON parse error - it is nested too deeply.",
+            "fields": {},
+        }
+    }
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
 def test_anonymous_callers_get_401(db):
     assert client_for(None).get(URL).status_code == 401
     assert client_for(None).post(URL, {}, format="json").status_code == 401
