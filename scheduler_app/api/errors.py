@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -45,6 +47,14 @@ class Conflict(exceptions.APIException):
         self.extra = extra or {}
 
 
+class BodyTooLarge(exceptions.APIException):
+    """The request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE (413)."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "The body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE."
+    default_code = "too_large"
+
+
 def error_body(code: str, message: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
     """Return the body of an error response."""
     return {"error": {"code": code, "message": message, "fields": fields or {}}}
@@ -59,6 +69,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = exceptions.PermissionDenied()
     elif isinstance(exc, SchedulerValidationError):
         exc = _validation_error_from(exc)
+    elif isinstance(exc, RequestDataTooBig):
+        exc = BodyTooLarge(
+            "The body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE (%s bytes)."
+            % settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        )
     if not isinstance(exc, exceptions.APIException):
         return None
     # DRF's handler sets WWW-Authenticate and Retry-After and marks an

@@ -118,6 +118,23 @@ def test_a_body_nested_too_deeply_to_read_is_a_400_parse_error(api):
 
 
 @pytest.mark.django_db
+def test_a_body_over_the_upload_limit_is_a_413_in_the_apis_error_format(api, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+
+    response = api.post("/api/messages/", {**MESSAGE, "text": "x" * 2000}, format="json")
+
+    assert response.status_code == 413
+    assert response.json() == {
+        "error": {
+            "code": "too_large",
+            "message": "The body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE (1000 bytes).",
+            "fields": {},
+        }
+    }
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db
 def test_anonymous_is_401_and_writes_are_throttled(ada, settings):
     assert client_for(None).post("/api/messages/", MESSAGE, format="json").status_code == 401
     settings.REST_FRAMEWORK = {"DEFAULT_THROTTLE_RATES": {"scheduler_app_write": "1/min"}}
