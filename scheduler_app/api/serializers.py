@@ -34,8 +34,9 @@ class TextPattern(RegexValidator):
             super().__call__(value)
 
 
-#: What ECMAScript's ``\s`` matches, which JSON Schema patterns use; Python's ``\s`` differs.
-_SPACE = r"\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+#: Whitespace: each character str.strip() removes (pause_batch() strips the reason) or
+#: ECMAScript's ``\s`` (the schema's patterns) matches; spelled out, as the two differ.
+_SPACE = r"\t\n\x0b\x0c\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 #: Any text without NUL (PostgreSQL text cannot hold it).
 NO_NUL = TextPattern(r"\A[^\x00]*\Z")
 #: Not blank: at least one character other than whitespace; no NUL.

@@ -24,6 +24,8 @@ STALE_REASON_REFUSED = (
 Status = SendBatch.Status
 NOT_FOUND = {"error": {"code": "not_found", "message": "Not found.", "fields": {}}}
 RELAX = ("audience_within_limit", "dry_run_clean", "seed_sent")
+#: Every character str.strip() removes.
+WHITESPACE = "".join(char for char in map(chr, range(0x110000)) if char.isspace())
 
 
 def url(batch: SendBatch, action: str = "") -> str:
@@ -181,6 +183,18 @@ def test_a_pause_reason_cannot_pass_for_the_stale_send_guards(api, ada):
     assert response.status_code == 400
     assert response.json()["error"]["fields"] == {"reason": [STALE_REASON_REFUSED]}
     assert stored(batch).status == Status.SENDING
+
+
+def test_a_reason_of_only_characters_python_strips_is_a_400_naming_the_field(api, ada):
+    """pause_batch() calls such a reason blank; the serializer refuses it first, naming it."""
+    batch = make_batch(ada)
+    blank = {"reason": ["This field may not be blank."]}
+
+    for char in WHITESPACE:
+        response = api.post(url(batch, "pause"), {"reason": char}, format="json")
+        assert response.status_code == 400, repr(char)
+        assert response.json()["error"]["fields"] == blank, repr(char)
+    assert stored(batch).status == Status.SCHEDULED
 
 
 def test_pause_with_a_body_nested_too_deeply_to_read_is_a_400_parse_error(api, ada):

@@ -117,6 +117,26 @@ def test_a_blank_optional_text_is_valid_in_the_schema_as_the_api_accepts_it(open
 
 
 @pytest.mark.django_db
+def test_a_text_that_str_strip_empties_is_blank_in_the_schema_as_the_api_refuses_it(openapi):
+    """str.strip() removes more than ECMAScript's whitespace (U+001C to U+001F, U+0085): the
+    patterns of the texts that may not be blank refuse every character it removes."""
+    components = openapi["components"]["schemas"]
+    message = components["SchedulerMessage"]["properties"]
+    texts = [
+        components["SchedulerBatchPause"]["properties"]["reason"],
+        message["subject"],
+        message["text"],
+    ]
+    whitespace = "".join(char for char in map(chr, range(0x110000)) if char.isspace())
+
+    for text in texts:
+        jsonschema.validate(" x ", text)
+        for char in whitespace:
+            with pytest.raises(jsonschema.ValidationError):
+                jsonschema.validate(char, text)
+
+
+@pytest.mark.django_db
 def test_schema_is_public_yaml_by_default_and_follows_the_mount_point():
     response = Client().get("/api/schema/")
 
