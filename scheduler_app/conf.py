@@ -171,8 +171,10 @@ DESCRIPTIONS: dict[str, str] = {
     "SEND_CLAIM_SECONDS": (
         "How long a lane's claim on its chunk lasts; the lane extends it while it works. "
         "After a crash, the chunk's unsent recipients go to another lane once it expires. "
-        "Keep it well above your longest provider call (e.g. set `EMAIL_TIMEOUT`): a call "
-        "still running when its claim expires may be repeated by another lane."
+        "Keep it well above your longest provider call: a call still running when its claim "
+        "expires may be repeated by another lane. The `email` provider bounds each SMTP "
+        "operation by `EMAIL_TIMEOUT`, or by a third of this when `EMAIL_TIMEOUT` is `None` "
+        "(20 s by default)."
     ),
     "SEND_MARKER_SYNCHRONOUS_COMMIT": (
         "PostgreSQL: True (the default) makes a lane wait for each marker's WAL flush. "

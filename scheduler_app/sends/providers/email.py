@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import smtplib
+import threading
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.core.validators import validate_email
 
-from scheduler_app.conf import message_id_domain
+from scheduler_app.conf import app_settings, message_id_domain
 from scheduler_app.sends.providers import (
     PermanentSendError,
     SenderRefused,
@@ -42,6 +43,9 @@ class DjangoEmailProvider:
     """Send through django.core.mail with a deterministic Message-ID.
 
     The Idempotency-Key header carries the key too, for ESPs that honour it.
+    Each thread (a lane) has its own connection, so no lane waits for another's
+    call; without EMAIL_TIMEOUT each SMTP operation may take a third of
+    SEND_CLAIM_SECONDS, then the call fails as transient (it may have been sent).
     Whose fault a refusal is decides what happens next: an address Django
     cannot build a message for, or 5xx on RCPT, is permanent for that
     recipient; 5xx on AUTH, MAIL FROM or DATA is SenderRefused (ours, not
@@ -49,7 +53,19 @@ class DjangoEmailProvider:
     """
 
     def __init__(self) -> None:
-        self.connection = default_mail_connection()
+        self._local = threading.local()
+
+    @property
+    def connection(self) -> Any:
+        """Return this thread's connection to the mailer."""
+        try:
+            return self._local.connection
+        except AttributeError:
+            connection = self._local.connection = default_mail_connection()
+            # A server that stops answering must not hold a lane for ever.
+            if getattr(connection, "timeout", False) is None:
+                connection.timeout = app_settings.SEND_CLAIM_SECONDS / 3
+            return connection
 
     def send(self, message: Message, idempotency_key: str) -> str:
         try:
