@@ -19,7 +19,15 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.test import override_settings
 
-from scheduler_app.sends.providers import TransientSendError, reset_providers
+from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.sends.batches import resume_batch
+from scheduler_app.sends.providers import (
+    PermanentSendError,
+    SenderRefused,
+    SendError,
+    TransientSendError,
+    reset_providers,
+)
 from scheduler_app.sends.providers.email import DjangoEmailProvider
 from scheduler_app.sends.rendering import Message
 from tests.sends.helpers import run_lane_now
@@ -162,3 +170,165 @@ def test_one_stalled_smtp_call_does_not_stop_another_batchs_lane_in_the_worker(
             reset_providers()
 
     assert accepted == ["bob@example.com"], "another batch's lane sent nothing in 5 s"
+
+
+class Refuses:
+    """Answers RCPT or the end of DATA with a set reply per recipient; accepts the others."""
+
+    def __init__(self, *, rcpt: dict[str, str] | None = None, data: dict[str, str] | None = None):
+        self.rcpt = rcpt or {}
+        self.data = data or {}
+        self.accepted: list[str] = []
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address in self.rcpt:
+            return self.rcpt[address]
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server, session, envelope):
+        [address] = envelope.rcpt_tos
+        if address in self.data:
+            return self.data[address]
+        self.accepted.append(address)
+        return "250 OK"
+
+
+def run_batch(batch: SendBatch, port: int, *, resumes: int = 0) -> list[tuple[str, str]]:
+    """Run lanes of ``batch`` (resuming it up to ``resumes`` times); return each run's
+    (status, reason)."""
+    runs = []
+    with override_settings(**smtp_settings(port), DEFAULT_FROM_EMAIL="news@example.com"):
+        reset_providers()
+        try:
+            for _ in range(resumes + 1):
+                run_lane_now(batch)
+                batch.refresh_from_db()
+                runs.append((batch.status, batch.status_reason))
+                if batch.status != SendBatch.Status.PAUSED:
+                    break
+                resume_batch(batch.pk)
+        finally:
+            reset_providers()
+    return runs
+
+
+def statuses(batch: SendBatch) -> dict[str, str]:
+    return dict(
+        Recipient.objects.filter(batch=batch, is_seed=False).values_list("address", "status")
+    )
+
+
+@pytest.mark.parametrize(
+    ("stage", "reply", "expected", "message"),
+    [
+        # X.1 addressing, X.2 mailbox: the recipient's status, at RCPT or at DATA.
+        ("rcpt", "550 5.1.1 No such user", PermanentSendError, "the recipient ann@example.com"),
+        ("data", "552 5.2.2 Mailbox full", PermanentSendError, "the recipient ann@example.com"),
+        ("data", "550 5.1.1 No such user", PermanentSendError, "the recipient ann@example.com"),
+        (
+            "rcpt",
+            "452 4.2.2 Mailbox full",
+            TransientSendError,
+            "the recipient ann@example.com for now",
+        ),
+        (
+            "data",
+            "452 4.2.2 Mailbox full",
+            TransientSendError,
+            "the recipient ann@example.com for now",
+        ),
+        # X.3 system, X.5 protocol, X.7 security or policy: ours, at RCPT too.
+        (
+            "rcpt",
+            "554 5.7.1 Relay access denied",
+            SenderRefused,
+            "us (not the recipient ann@example.com)",
+        ),
+        (
+            "rcpt",
+            "550 5.3.0 Mail system full",
+            SenderRefused,
+            "us (not the recipient ann@example.com)",
+        ),
+        ("rcpt", "501 5.5.2 Syntax error", SenderRefused, "us (not the recipient ann@example.com)"),
+        ("data", "554 5.7.1 Message rejected as spam", SenderRefused, "the message"),
+        # 4xx stays transient; no enhanced code (or another subject): by stage, as before.
+        (
+            "rcpt",
+            "451 4.7.1 Greylisted, try again",
+            TransientSendError,
+            "the recipient ann@example.com for now",
+        ),
+        ("rcpt", "550 No such user", PermanentSendError, "the recipient ann@example.com"),
+        ("rcpt", "550 5.4.4 Unable to route", PermanentSendError, "the recipient ann@example.com"),
+        ("data", "554 Transaction failed", SenderRefused, "the message"),
+        ("data", "554 5.6.0 Content rejected", SenderRefused, "the message"),
+    ],
+)
+def test_smtp_refusals_are_classified_by_their_enhanced_status_code(
+    server_factory, stage, reply, expected, message
+):
+    address = "ann@example.com"
+    handler = Refuses(**{stage: {address: reply}})
+    port = server_factory(handler)
+
+    with (
+        override_settings(**smtp_settings(port), DEFAULT_FROM_EMAIL="news@example.com"),
+        pytest.raises(SendError) as raised,
+    ):
+        DjangoEmailProvider().send(Message(to=address, subject="S", text="T"), "1:ann")
+
+    assert type(raised.value) is expected
+    assert str(raised.value) == "The SMTP server refused %s: %s" % (message, reply)
+
+
+@pytest.mark.django_db
+def test_a_server_wide_relay_refusal_pauses_the_batch_instead_of_failing_everyone(
+    customer, make_batch, server_factory
+):
+    """554 5.7.1 Relay access denied on every RCPT is our configuration, not the addresses."""
+    relay_denied = "554 5.7.1 Relay access denied"
+    addresses = ["ann@example.com", "bob@example.com", "cy@example.com"]
+    port = server_factory(Refuses(rcpt=dict.fromkeys(addresses, relay_denied)))
+    for address in addresses:
+        customer(address)
+    batch = make_batch(provider="email", rate_limit_key="email")
+
+    runs = run_batch(batch, port)
+
+    assert runs == [
+        (
+            "paused",
+            "The SMTP server refused us (not the recipient ann@example.com): %s" % relay_denied,
+        )
+    ]
+    assert statuses(batch) == dict.fromkeys(addresses, "pending")
+    assert Recipient.objects.filter(batch=batch, attempts__gt=0).count() == 0
+
+
+@pytest.mark.django_db
+def test_one_full_mailbox_refused_at_data_fails_that_recipient_and_the_batch_goes_on(
+    customer, make_batch, server_factory
+):
+    """552 5.2.2 after DATA (a quota check after DATA, as LMTP delivery does) is the
+    mailbox's status, not our message's: it must not pause the batch again on every resume."""
+    handler = Refuses(data={"full@example.com": "552 5.2.2 Mailbox full, quota exceeded"})
+    port = server_factory(handler)
+    customer("full@example.com", "Fay")
+    customer("bob@example.com", "Bob")
+    batch = make_batch(provider="email", rate_limit_key="email")
+
+    runs = run_batch(batch, port, resumes=2)
+
+    assert runs == [("completed", "")]
+    assert handler.accepted == ["bob@example.com"]
+    assert statuses(batch) == {"full@example.com": "failed", "bob@example.com": "sent"}
+    assert recipient_error(batch, "full@example.com") == (
+        "PermanentSendError: The SMTP server refused the recipient full@example.com: "
+        "552 5.2.2 Mailbox full, quota exceeded"
+    )
+
+
+def recipient_error(batch: SendBatch, address: str) -> str:
+    return Recipient.objects.get(batch=batch, address=address, is_seed=False).last_error

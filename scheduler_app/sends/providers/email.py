@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import smtplib
 import threading
 from typing import Any
@@ -49,7 +50,10 @@ class DjangoEmailProvider:
     Whose fault a refusal is decides what happens next: an address Django
     cannot build a message for, or 5xx on RCPT, is permanent for that
     recipient; 5xx on AUTH, MAIL FROM or DATA is SenderRefused (ours, not
-    the recipient's); 4xx and connection errors are transient.
+    the recipient's); 4xx and connection errors are transient. An RFC 3463
+    enhanced code overrides the stage (one recipient per transaction): X.1/X.2
+    (address, mailbox) at RCPT or DATA is the recipient's, 5xx X.3/X.5/X.7
+    (system, protocol, policy) at RCPT is ours.
     """
 
     def __init__(self) -> None:
@@ -102,7 +106,7 @@ class DjangoEmailProvider:
         except smtplib.SMTPRecipientsRefused as exc:
             raise _recipients_refused(exc) from exc
         except smtplib.SMTPResponseException as exc:
-            raise _refused(exc) from exc
+            raise _refused(exc, message.to) from exc
         except (smtplib.SMTPException, OSError) as exc:
             raise TransientSendError("%s: %s" % (type(exc).__name__, exc)) from exc
         # With django-anymail, the ESP's own id: what its tracking events name.
@@ -110,20 +114,48 @@ class DjangoEmailProvider:
         return message_id if esp_id is None else str(esp_id)
 
 
+#: An RFC 3463 enhanced status code opening a reply: class.subject.detail.
+ENHANCED_CODE = re.compile(r"[245]\.(\d{1,3})\.\d{1,3}(?!\S)")
+#: Subjects about the recipient: addressing (X.1.x), mailbox (X.2.x).
+RECIPIENT_SUBJECTS = frozenset({"1", "2"})
+#: Subjects about us: mail system (X.3.x), protocol (X.5.x), security or policy (X.7.x).
+OUR_SUBJECTS = frozenset({"3", "5", "7"})
+
+
+def _subject(reply: str) -> str:
+    """Return the subject of the reply's enhanced status code, '' if it has none."""
+    match = ENHANCED_CODE.match(reply)
+    return match.group(1) if match else ""
+
+
 def _recipients_refused(exc: smtplib.SMTPRecipientsRefused) -> SendError:
-    """Return the error for a refused RCPT: 5xx is permanent for that address, 4xx transient."""
+    """Return the error for a refused RCPT: the recipient's, unless a 5xx says it is ours."""
     address, (code, text) = next(iter(exc.recipients.items()))
+    reply = _text(text)
+    if code >= 500 and _subject(reply) in OUR_SUBJECTS:  # e.g. 554 5.7.1 Relay access denied
+        return SenderRefused(
+            "The SMTP server refused us (not the recipient %s): %s %s" % (address, code, reply)
+        )
+    return _recipient_refused(address, code, reply)
+
+
+def _recipient_refused(address: str, code: int, reply: str) -> SendError:
+    """Return the error for a refusal of the recipient: 5xx permanent, 4xx transient."""
     if code >= 500:
         return PermanentSendError(
-            "The SMTP server refused the recipient %s: %s %s" % (address, code, _text(text))
+            "The SMTP server refused the recipient %s: %s %s" % (address, code, reply)
         )
     return TransientSendError(
-        "The SMTP server refused the recipient %s for now: %s %s" % (address, code, _text(text))
+        "The SMTP server refused the recipient %s for now: %s %s" % (address, code, reply)
     )
 
 
-def _refused(exc: smtplib.SMTPResponseException) -> SendError:
-    """Return the error for a refusal of AUTH, MAIL FROM or DATA: never the recipient's fault."""
+def _refused(exc: smtplib.SMTPResponseException, address: str) -> SendError:
+    """Return the error for a refusal of AUTH, MAIL FROM or DATA: ours, unless the reply
+    to DATA is about the recipient's address or mailbox (e.g. 552 5.2.2 Mailbox full)."""
+    reply = _text(exc.smtp_error)
+    if isinstance(exc, smtplib.SMTPDataError) and _subject(reply) in RECIPIENT_SUBJECTS:
+        return _recipient_refused(address, exc.smtp_code, reply)
     if isinstance(exc, smtplib.SMTPAuthenticationError):
         what = "our credentials"
     elif isinstance(exc, smtplib.SMTPSenderRefused):
@@ -132,10 +164,11 @@ def _refused(exc: smtplib.SMTPResponseException) -> SendError:
         what = "the message"
     else:
         what = "the session"
-    reply = "%s %s" % (exc.smtp_code, _text(exc.smtp_error))
     if exc.smtp_code >= 500:
-        return SenderRefused("The SMTP server refused %s: %s" % (what, reply))
-    return TransientSendError("The SMTP server refused %s for now: %s" % (what, reply))
+        return SenderRefused("The SMTP server refused %s: %s %s" % (what, exc.smtp_code, reply))
+    return TransientSendError(
+        "The SMTP server refused %s for now: %s %s" % (what, exc.smtp_code, reply)
+    )
 
 
 def _text(reply: bytes | str) -> str:
