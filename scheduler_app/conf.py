@@ -208,7 +208,8 @@ DESCRIPTIONS: dict[str, str] = {
         "The domain of the Message-IDs the `email` provider sets (`<hash of the idempotency "
         "key>@domain`), the same on every host so a re-send after a crash carries the same "
         "one; `None` means the domain of `DEFAULT_FROM_EMAIL`. Must be a plausible domain "
-        "name (check `scheduler_app.E030`)."
+        "name (check `scheduler_app.E030`); an internationalized one is written in punycode "
+        "(`bücher.example` gives `xn--bcher-kva.example`)."
     ),
     "DEFAULT_MAX_ATTEMPTS": ("`max_attempts` of tasks that don't set their own."),
     "DEFAULT_TIMEOUT": (

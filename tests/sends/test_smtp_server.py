@@ -8,6 +8,7 @@ without hanging a lane or charging recipients for what is not their fault.
 from __future__ import annotations
 
 import asyncio
+import email
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.test import override_settings
 
+from scheduler_app.checks import check_settings
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.batches import resume_batch
 from scheduler_app.sends.providers import (
@@ -28,7 +30,7 @@ from scheduler_app.sends.providers import (
     TransientSendError,
     reset_providers,
 )
-from scheduler_app.sends.providers.email import DjangoEmailProvider
+from scheduler_app.sends.providers.email import DjangoEmailProvider, message_id_for
 from scheduler_app.sends.rendering import Message
 from tests.sends.helpers import run_lane_now
 from tests.sends.test_email_provider import free_port, smtp_settings
@@ -332,3 +334,41 @@ def test_one_full_mailbox_refused_at_data_fails_that_recipient_and_the_batch_goe
 
 def recipient_error(batch: SendBatch, address: str) -> str:
     return Recipient.objects.get(batch=batch, address=address, is_seed=False).last_error
+
+
+class Keeps:
+    """Accepts every message; keeps them."""
+
+    def __init__(self) -> None:
+        self.accepted: list[email.message.Message] = []
+
+    async def handle_DATA(self, server, session, envelope):
+        self.accepted.append(email.message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+@pytest.mark.parametrize(
+    ("from_email", "domain"),
+    [("news@bücher.example", None), ("news@example.com", "bücher.example")],
+)
+def test_an_idn_domain_gives_an_ascii_message_id_equal_to_the_stored_one(
+    server_factory, from_email, domain
+):
+    """DEFAULT_FROM_EMAIL or MESSAGE_ID_DOMAIN on an IDN domain passes check E030, and
+    Django sends the sender as punycode; the Message-ID must be a valid msg-id too (ASCII,
+    no encoded-words), the one the provider returns and the marker stores."""
+    handler = Keeps()
+    port = server_factory(handler)
+    with override_settings(
+        **smtp_settings(port),
+        DEFAULT_FROM_EMAIL=from_email,
+        SCHEDULER_APP=scheduler_app(MESSAGE_ID_DOMAIN=domain),
+    ):
+        assert check_settings() == []
+        message_id = DjangoEmailProvider().send(
+            Message(to="ann@example.com", subject="News", text="Hello."), "7:ann"
+        )
+
+    [received] = handler.accepted
+    assert message_id == message_id_for("7:ann", domain="xn--bcher-kva.example")
+    assert received["Message-ID"] == message_id

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives, get_connection
 from django.core.validators import validate_email
+from django.utils.encoding import punycode
 
 from scheduler_app.conf import app_settings, message_id_domain
 from scheduler_app.sends.providers import (
@@ -35,9 +36,10 @@ def message_id_for(idempotency_key: str, domain: str | None = None) -> str:
     """Return a Message-ID derived from the idempotency key and MESSAGE_ID_DOMAIN.
 
     Never from the host's name: a re-send from another worker carries the same one.
+    An IDN domain is written in punycode: a msg-id is ASCII (RFC 5322).
     """
     digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:40]
-    return "<%s@%s>" % (digest, domain or message_id_domain())
+    return "<%s@%s>" % (digest, punycode(domain or message_id_domain()))
 
 
 class DjangoEmailProvider:
