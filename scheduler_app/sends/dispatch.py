@@ -66,6 +66,7 @@ from scheduler_app.sends.providers import (
     SlowDown,
     TransientSendError,
     get_provider,
+    in_use,
 )
 from scheduler_app.sends.rendering import Message, MessageTemplate, RenderError
 
@@ -315,7 +316,7 @@ class Lane:
         session = backend().lane_session(
             synchronous_commit=app_settings.SEND_MARKER_SYNCHRONOUS_COMMIT
         )
-        with self.keeper, session:
+        with self.keeper, session, in_use(self.provider):
             while True:
                 if self.should_stop():
                     raise RetryLater(delay=0, reason="worker stopping; another worker goes on")
@@ -706,9 +707,9 @@ def send_message(job: JobContext) -> dict[str, str]:
         html=data.get("html", ""),
         headers={} if scope is None else unsubscribe_headers(message_token(job.job_id)),
     )
-    provider = get_provider(data.get("provider", "email"))
     try:
-        message_id = provider.send(message, "message:%s" % job.idempotency_key)
+        with in_use(get_provider(data.get("provider", "email"))) as provider:
+            message_id = provider.send(message, "message:%s" % job.idempotency_key)
     except SlowDown as exc:
         raise RetryLater(delay=exc.delay, reason=str(exc)) from exc
     return {"message_id": str(message_id)}

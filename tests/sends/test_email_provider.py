@@ -3,7 +3,8 @@
 A refusal of the recipient (5xx on RCPT, an address Django cannot build a
 message for) fails that recipient for good; a refusal of the sender, the
 message or our credentials is SenderRefused (the batch pauses, no
-recipient is charged); 4xx and connection errors are transient.
+recipient is charged); 4xx is transient; a server that cannot be reached
+is SlowDown (nothing was sent: the lane waits, no recipient is charged).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import email
 import socket
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import django
@@ -19,7 +21,12 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
 from django.test import override_settings
 
-from scheduler_app.sends.providers import PermanentSendError, SenderRefused, TransientSendError
+from scheduler_app.sends.providers import (
+    PermanentSendError,
+    SenderRefused,
+    SlowDown,
+    TransientSendError,
+)
 from scheduler_app.sends.providers.email import DjangoEmailProvider, message_id_for
 from scheduler_app.sends.rendering import Message
 
@@ -105,11 +112,13 @@ def smtp_settings(port: int, **extra: Any) -> dict[str, Any]:
 
 
 def send(port: int, to: str, subject: str = "News", **extra: Any) -> str:
-    with override_settings(
-        DEFAULT_FROM_EMAIL=extra.pop("from_email", "news@example.com"),
-        **smtp_settings(port, **extra),
+    with (
+        override_settings(
+            DEFAULT_FROM_EMAIL=extra.pop("from_email", "news@example.com"),
+            **smtp_settings(port, **extra),
+        ),
+        closing(DjangoEmailProvider()) as provider,
     ):
-        provider = DjangoEmailProvider()
         return provider.send(Message(to=to, subject=subject, text="Hello."), "7:%s" % to)
 
 
@@ -170,8 +179,10 @@ def test_535_on_auth_is_sender_refused_not_the_recipients_fault(smtp_server):
     handler, port = smtp_server
     message = Message(to="ann@example.com", subject="News", text="Hello.")
 
-    with override_settings(**smtp_settings(port, username="sender", password="wrong")):
-        provider = DjangoEmailProvider()
+    with (
+        override_settings(**smtp_settings(port, username="sender", password="wrong")),
+        closing(DjangoEmailProvider()) as provider,
+    ):
         with pytest.raises(SenderRefused) as raised:
             provider.send(message, "7:ann")
         assert str(raised.value) == (
@@ -219,11 +230,13 @@ def test_4xx_on_data_is_transient(smtp_server):
     )
 
 
-def test_no_server_listening_is_transient():
-    with pytest.raises(TransientSendError) as raised:
+def test_no_server_listening_is_slow_down_not_the_recipients_fault():
+    with pytest.raises(SlowDown) as raised:
         send(free_port(), "ann@example.com")
 
-    assert str(raised.value).startswith("ConnectionRefusedError: ")
+    assert str(raised.value) == (
+        "The SMTP server cannot be reached: ConnectionRefusedError: [Errno 111] Connection refused"
+    )
 
 
 def test_sender_refused_is_a_send_error_but_neither_transient_nor_permanent():

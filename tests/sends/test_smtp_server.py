@@ -8,10 +8,13 @@ without hanging a lane or charging recipients for what is not their fault.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import email
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -20,13 +23,17 @@ from django.conf import settings as django_settings
 from django.db import connection
 from django.test import override_settings
 
+from scheduler_app import clock
+from scheduler_app.alerts.rules import Situation, stalled_send
 from scheduler_app.checks import check_settings
+from scheduler_app.clock import FrozenClock, frozen_clock
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.batches import resume_batch
 from scheduler_app.sends.providers import (
     PermanentSendError,
     SenderRefused,
     SendError,
+    SlowDown,
     TransientSendError,
     reset_providers,
 )
@@ -34,6 +41,8 @@ from scheduler_app.sends.providers.email import DjangoEmailProvider, message_id_
 from scheduler_app.sends.rendering import Message
 from tests.sends.helpers import run_lane_now
 from tests.sends.test_email_provider import free_port, smtp_settings
+
+T0 = dt.datetime(2027, 3, 1, 12, 0, tzinfo=dt.UTC)
 
 
 def scheduler_app(**changes: Any) -> dict[str, Any]:
@@ -48,6 +57,10 @@ def without_email_timeout(port: int) -> dict[str, Any]:
     for mailer in settings.get("MAILERS", {}).values():
         mailer["OPTIONS"].pop("timeout")
     return settings
+
+
+def message(to: str) -> Message:
+    return Message(to=to, subject="News", text="Hello.")
 
 
 @pytest.fixture
@@ -93,11 +106,9 @@ def test_a_server_that_stops_answering_times_out_as_a_transient_error(server_fac
     result: list[object] = []
 
     def call() -> None:
-        provider = DjangoEmailProvider()
         try:
-            result.append(
-                provider.send(Message(to="ann@example.com", subject="S", text="T"), "1:ann")
-            )
+            with closing(DjangoEmailProvider()) as provider:
+                result.append(provider.send(message("ann@example.com"), "1:ann"))
         except Exception as exc:
             result.append(exc)
 
@@ -222,7 +233,7 @@ def statuses(batch: SendBatch) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("stage", "reply", "expected", "message"),
+    ("stage", "reply", "expected", "refused"),
     [
         # X.1 addressing, X.2 mailbox: the recipient's status, at RCPT or at DATA.
         ("rcpt", "550 5.1.1 No such user", PermanentSendError, "the recipient ann@example.com"),
@@ -269,7 +280,7 @@ def statuses(batch: SendBatch) -> dict[str, str]:
     ],
 )
 def test_smtp_refusals_are_classified_by_their_enhanced_status_code(
-    server_factory, stage, reply, expected, message
+    server_factory, stage, reply, expected, refused
 ):
     address = "ann@example.com"
     handler = Refuses(**{stage: {address: reply}})
@@ -277,12 +288,13 @@ def test_smtp_refusals_are_classified_by_their_enhanced_status_code(
 
     with (
         override_settings(**smtp_settings(port), DEFAULT_FROM_EMAIL="news@example.com"),
+        closing(DjangoEmailProvider()) as provider,
         pytest.raises(SendError) as raised,
     ):
-        DjangoEmailProvider().send(Message(to=address, subject="S", text="T"), "1:ann")
+        provider.send(message(address), "1:ann")
 
     assert type(raised.value) is expected
-    assert str(raised.value) == "The SMTP server refused %s: %s" % (message, reply)
+    assert str(raised.value) == "The SMTP server refused %s: %s" % (refused, reply)
 
 
 @pytest.mark.django_db
@@ -337,14 +349,28 @@ def recipient_error(batch: SendBatch, address: str) -> str:
 
 
 class Keeps:
-    """Accepts every message; keeps them."""
+    """Accepts every message; keeps them and the sessions (connections) they came on."""
 
     def __init__(self) -> None:
         self.accepted: list[email.message.Message] = []
+        self.sessions: list[object] = []
+        self.latest: tuple[asyncio.AbstractEventLoop, asyncio.Transport] | None = None
 
     async def handle_DATA(self, server, session, envelope):
         self.accepted.append(email.message_from_bytes(envelope.content))
+        if session not in self.sessions:
+            self.sessions.append(session)
+        self.latest = (asyncio.get_running_loop(), server.transport)
         return "250 OK"
+
+    def drop(self) -> None:
+        """Close the latest connection from the server's side (an idle timeout)."""
+        loop, transport = self.latest
+
+        async def close() -> None:
+            transport.close()
+
+        asyncio.run_coroutine_threadsafe(close(), loop).result(5)
 
 
 @pytest.mark.parametrize(
@@ -365,10 +391,171 @@ def test_an_idn_domain_gives_an_ascii_message_id_equal_to_the_stored_one(
         SCHEDULER_APP=scheduler_app(MESSAGE_ID_DOMAIN=domain),
     ):
         assert check_settings() == []
-        message_id = DjangoEmailProvider().send(
-            Message(to="ann@example.com", subject="News", text="Hello."), "7:ann"
-        )
+        with closing(DjangoEmailProvider()) as provider:
+            message_id = provider.send(message("ann@example.com"), "7:ann")
 
     [received] = handler.accepted
     assert message_id == message_id_for("7:ann", domain="xn--bcher-kva.example")
     assert received["Message-ID"] == message_id
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A server that accepts connections and never greets; return its port."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        yield listener.getsockname()[1]
+
+
+@pytest.fixture
+def busy_server() -> Iterator[int]:
+    """A server that greets every connection with 421 (overloaded, shutting down)."""
+    stop = threading.Event()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.05)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with client:
+                client.sendall(b"421 4.3.2 Service not available, closing channel\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def send_through(port: int, host: str = "127.0.0.1") -> str:
+    with (
+        override_settings(
+            **smtp_settings(port, host=host, timeout=None),
+            DEFAULT_FROM_EMAIL="news@example.com",
+            SCHEDULER_APP=scheduler_app(SEND_CLAIM_SECONDS=1.5),
+        ),
+        closing(DjangoEmailProvider()) as provider,
+    ):
+        return provider.send(message("ann@example.com"), "1:ann")
+
+
+@pytest.mark.parametrize(
+    ("server", "host", "error"),
+    [
+        ("nothing", "127.0.0.1", "ConnectionRefusedError: [Errno 111] Connection refused"),
+        (
+            "silent_server",
+            "127.0.0.1",
+            "SMTPServerDisconnected: Connection unexpectedly closed: timed out",
+        ),
+        ("busy_server", "127.0.0.1", "421 4.3.2 Service not available, closing channel"),
+        ("nothing", "mail.invalid", "gaierror: [Errno -2] Name or service not known"),
+    ],
+)
+def test_a_server_that_cannot_be_reached_is_slow_down_nothing_was_sent(
+    request, server, host, error
+):
+    """Refused, timed out before the greeting, 421 greeting, unknown host: no recipient's
+    fault, and nothing can have been sent; the lane waits without charging an attempt."""
+    port = free_port() if server == "nothing" else request.getfixturevalue(server)
+
+    with pytest.raises(SlowDown) as raised:
+        send_through(port, host)
+
+    assert raised.value.delay == dt.timedelta(seconds=30)
+    assert str(raised.value) == "The SMTP server cannot be reached: %s" % error
+
+
+def test_a_lane_reuses_its_connection_and_opens_another_when_the_server_dropped_it(
+    server_factory,
+):
+    handler = Keeps()
+    port = server_factory(handler)
+    with (
+        override_settings(**smtp_settings(port), DEFAULT_FROM_EMAIL="news@example.com"),
+        closing(DjangoEmailProvider()) as provider,
+    ):
+        provider.send(message("ann@example.com"), "1:ann")
+        provider.send(message("bob@example.com"), "1:bob")
+        handler.drop()
+        provider.send(message("cy@example.com"), "1:cy")
+
+    assert [m["To"] for m in handler.accepted] == [
+        "ann@example.com",
+        "bob@example.com",
+        "cy@example.com",
+    ]
+    assert len(handler.sessions) == 2
+
+
+def run_through_an_outage(batch: SendBatch, minutes: int) -> list[dt.timedelta]:
+    """Run lanes of ``batch`` against a port nothing listens on, each when the previous one
+    asked to run again, for ``minutes`` of time moved on (the clock is frozen); return the
+    waits they asked for."""
+    waits: list[dt.timedelta] = []
+    with override_settings(**smtp_settings(free_port()), DEFAULT_FROM_EMAIL="news@example.com"):
+        reset_providers()
+        try:
+            while sum(waits, dt.timedelta()) < dt.timedelta(minutes=minutes):
+                waits.append(run_lane_now(batch).retry.delay)
+                FrozenClock().advance(waits[-1])
+        finally:
+            reset_providers()
+    return waits
+
+
+@pytest.mark.django_db
+def test_an_smtp_server_down_for_long_charges_nobody_and_the_lane_waits(customer, make_batch):
+    """The relay is down for 20 minutes: no recipient uses up its attempts (5 attempts with
+    full-jitter backoff fit in at most 7.5 minutes); the lane waits 30 s at a time."""
+    addresses = ["ann@example.com", "bob@example.com", "cy@example.com"]
+    for address in addresses:
+        customer(address)
+    with frozen_clock(T0):
+        batch = make_batch(provider="email", rate_limit_key="email")
+        waits = run_through_an_outage(batch, minutes=20)
+
+    batch.refresh_from_db()
+    assert set(waits) == {dt.timedelta(seconds=30)}
+    assert batch.status == "sending"
+    assert (
+        list(
+            Recipient.objects.filter(batch=batch, is_seed=False).values_list(
+                "status", "attempts", "last_error"
+            )
+        )
+        == [
+            (
+                "pending",
+                0,
+                "The SMTP server cannot be reached: ConnectionRefusedError: [Errno 111] "
+                "Connection refused",
+            )
+        ]
+        * 3
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="stalled_send counts only recipients due before its cutoff, and each SlowDown "
+    "moves the chunk's next_attempt_at 30 s ahead",
+)
+@pytest.mark.django_db
+def test_a_long_smtp_outage_raises_the_stalled_send_alert(customer, make_batch):
+    customer("ann@example.com")
+    with frozen_clock(T0):
+        batch = make_batch(provider="email", rate_limit_key="email")
+        run_through_an_outage(batch, minutes=20)
+        findings = stalled_send(Situation(now=clock.now(), schedules=[], targets={}))
+
+    assert [f.subject for f in findings] == ["batch:%s" % batch.pk]

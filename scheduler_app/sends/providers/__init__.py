@@ -6,11 +6,16 @@ fail it (the address will never work), SenderRefused when the fault is
 ours (sender, message, credentials: the batch pauses, no recipient is
 charged), SlowDown to defer it without using an attempt (HTTP 429).
 Providers are named in SCHEDULER_APP['PROVIDERS'] (name -> dotted path).
+A provider may keep a connection per thread between sends; its optional
+``close()`` ends the calling thread's, and dispatch calls it when a lane or a
+single message is done (see in_use()).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Iterator
 from typing import Protocol
 
 from django.utils.module_loading import import_string
@@ -65,6 +70,17 @@ class Provider(Protocol):
     """Delivers one message; the idempotency key is the same on every retry of it."""
 
     def send(self, message: Message, idempotency_key: str) -> str: ...
+
+
+@contextlib.contextmanager
+def in_use(provider: Provider) -> Iterator[Provider]:
+    """Use ``provider`` in this thread for a while, then close what it opened for it."""
+    try:
+        yield provider
+    finally:
+        close = getattr(provider, "close", None)
+        if close is not None:
+            close()
 
 
 _instances: dict[str, Provider] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import re
 import smtplib
@@ -18,9 +19,13 @@ from scheduler_app.sends.providers import (
     PermanentSendError,
     SenderRefused,
     SendError,
+    SlowDown,
     TransientSendError,
 )
 from scheduler_app.sends.rendering import Message
+
+#: How long a lane waits when the mail server cannot be reached (nothing was sent).
+UNREACHABLE_DELAY = dt.timedelta(seconds=30)
 
 
 def default_mail_connection() -> Any:
@@ -46,13 +51,15 @@ class DjangoEmailProvider:
     """Send through django.core.mail with a deterministic Message-ID.
 
     The Idempotency-Key header carries the key too, for ESPs that honour it.
-    Each thread (a lane) has its own connection, so no lane waits for another's
-    call; without EMAIL_TIMEOUT each SMTP operation may take a third of
-    SEND_CLAIM_SECONDS, then the call fails as transient (it may have been sent).
+    Each thread (a lane) has its own connection, kept open from one recipient
+    to the next, so no lane waits for another's call; without EMAIL_TIMEOUT
+    each SMTP operation may take a third of SEND_CLAIM_SECONDS, then the call
+    fails as transient (it may have been sent).
     Whose fault a refusal is decides what happens next: an address Django
     cannot build a message for, or 5xx on RCPT, is permanent for that
     recipient; 5xx on AUTH, MAIL FROM or DATA is SenderRefused (ours, not
-    the recipient's); 4xx and connection errors are transient. An RFC 3463
+    the recipient's); 4xx, timeouts and dropped connections are transient; a
+    server that cannot be reached (nothing was sent) is SlowDown. An RFC 3463
     enhanced code overrides the stage (one recipient per transaction): X.1/X.2
     (address, mailbox) at RCPT or DATA is the recipient's, 5xx X.3/X.5/X.7
     (system, protocol, policy) at RCPT is ours.
@@ -73,6 +80,27 @@ class DjangoEmailProvider:
                 connection.timeout = app_settings.SEND_CLAIM_SECONDS / 3
             return connection
 
+    def _open(self) -> Any:
+        """Return this thread's connection, open: SlowDown if the server cannot be
+        reached or greets with 4xx, SenderRefused if it refuses us (e.g. 535 on AUTH)."""
+        connection = self.connection
+        if not _alive(connection):
+            connection.close()
+        try:
+            connection.open()
+        except (smtplib.SMTPException, OSError) as exc:  # refused, timed out, unknown host
+            connection.close()
+            if isinstance(exc, smtplib.SMTPResponseException) and exc.smtp_code >= 500:
+                raise _refused(exc, "") from exc
+            raise _unreachable(exc) from exc
+        return connection
+
+    def close(self) -> None:
+        """Close this thread's connection (its lane is done)."""
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+
     def send(self, message: Message, idempotency_key: str) -> str:
         try:
             # Checked here, not left to the message's headers: how Python's email
@@ -82,6 +110,7 @@ class DjangoEmailProvider:
             raise PermanentSendError(
                 "The address %r is not a valid email address." % message.to
             ) from exc
+        connection = self._open()
         message_id = message_id_for(idempotency_key)
         email = EmailMultiAlternatives(
             subject=message.subject,
@@ -92,7 +121,7 @@ class DjangoEmailProvider:
                 "Message-ID": message_id,
                 "Idempotency-Key": idempotency_key,
             },
-            connection=self.connection,
+            connection=connection,
         )
         # django-anymail passes metadata to the ESP and back in tracking events, which
         # ties a bounce or complaint to its recipient; other backends ignore it.
@@ -110,6 +139,8 @@ class DjangoEmailProvider:
         except smtplib.SMTPResponseException as exc:
             raise _refused(exc, message.to) from exc
         except (smtplib.SMTPException, OSError) as exc:
+            # The session is in an unknown state (a reply may still come): start afresh.
+            connection.close()
             raise TransientSendError("%s: %s" % (type(exc).__name__, exc)) from exc
         # With django-anymail, the ESP's own id: what its tracking events name.
         esp_id = getattr(getattr(email, "anymail_status", None), "message_id", None)
@@ -122,6 +153,26 @@ ENHANCED_CODE = re.compile(r"[245]\.(\d{1,3})\.\d{1,3}(?!\S)")
 RECIPIENT_SUBJECTS = frozenset({"1", "2"})
 #: Subjects about us: mail system (X.3.x), protocol (X.5.x), security or policy (X.7.x).
 OUR_SUBJECTS = frozenset({"3", "5", "7"})
+
+
+def _alive(connection: Any) -> bool:
+    """Return False if the server closed the connection's SMTP session (idle, or enough)."""
+    session = getattr(connection, "connection", None)
+    if not isinstance(session, smtplib.SMTP):
+        return True
+    try:
+        return session.noop()[0] == 250
+    except (smtplib.SMTPException, OSError):
+        return False
+
+
+def _unreachable(exc: Exception) -> SlowDown:
+    """Return the error for a failure to open a session: nothing was sent, the lane waits."""
+    if isinstance(exc, smtplib.SMTPResponseException):
+        reason = "%s %s" % (exc.smtp_code, _text(exc.smtp_error))
+    else:
+        reason = "%s: %s" % (type(exc).__name__, exc)
+    return SlowDown(UNREACHABLE_DELAY, "The SMTP server cannot be reached: %s" % reason)
 
 
 def _subject(reply: str) -> str:
