@@ -79,11 +79,29 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 _email_backend = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+_smtp_options = {
+    "host": env.str("EMAIL_HOST", default="localhost"),
+    "port": env.int("EMAIL_PORT", default=25),
+    "username": env.str("EMAIL_HOST_USER", default=""),
+    "password": env.str("EMAIL_HOST_PASSWORD", default=""),
+    "use_tls": env.bool("EMAIL_USE_TLS", default=False),
+    "use_ssl": env.bool("EMAIL_USE_SSL", default=False),
+    # Unset: the email provider bounds each SMTP operation by SEND_CLAIM_SECONDS / 3.
+    "timeout": env.float("EMAIL_TIMEOUT", default=None),
+}
 if django.VERSION >= (6, 1):
-    # Django 6.1 deprecates EMAIL_BACKEND in favour of MAILERS.
-    MAILERS = {"default": {"BACKEND": _email_backend}}
+    # Django 6.1 deprecates EMAIL_BACKEND and the EMAIL_* options in favour of MAILERS.
+    _smtp = _email_backend == "django.core.mail.backends.smtp.EmailBackend"
+    MAILERS = {"default": {"BACKEND": _email_backend, "OPTIONS": _smtp_options if _smtp else {}}}
 else:
     EMAIL_BACKEND = _email_backend
+    EMAIL_HOST = _smtp_options["host"]
+    EMAIL_PORT = _smtp_options["port"]
+    EMAIL_HOST_USER = _smtp_options["username"]
+    EMAIL_HOST_PASSWORD = _smtp_options["password"]
+    EMAIL_USE_TLS = _smtp_options["use_tls"]
+    EMAIL_USE_SSL = _smtp_options["use_ssl"]
+    EMAIL_TIMEOUT = _smtp_options["timeout"]
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="demo@example.com")
 
 SCHEDULER_APP = {
