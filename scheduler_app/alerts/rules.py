@@ -334,7 +334,8 @@ def long_running(situation: Situation) -> list[Finding]:
 
 
 def stalled_send(situation: Situation) -> list[Finding]:
-    """Sending batches that marked nobody for STALLED_SEND_AFTER while recipients were due."""
+    """Sending batches that marked nobody for STALLED_SEND_AFTER while recipients were due
+    (or were put off by the provider without being tried)."""
     after = dt.timedelta(seconds=app_settings.STALLED_SEND_AFTER)
     cutoff = situation.now - after
     batches = SendBatch.objects.filter(status=SendBatch.Status.SENDING).filter(
@@ -342,8 +343,13 @@ def stalled_send(situation: Situation) -> list[Finding]:
     )
     findings = []
     for batch in batches.only("pk", "name", "progressed_at", "started_at", "sent", "total"):
+        # Due before the cutoff, or put off untried by a provider's SlowDown (which moves
+        # their due time ahead every time: a mail server that cannot be reached, a 429).
         waiting = Recipient.objects.filter(
-            batch=batch, status=Recipient.Status.PENDING, is_seed=False, next_attempt_at__lte=cutoff
+            Q(next_attempt_at__lte=cutoff) | (Q(attempts=0) & ~Q(last_error="")),
+            batch=batch,
+            status=Recipient.Status.PENDING,
+            is_seed=False,
         )
         if not waiting.exists():
             continue

@@ -545,11 +545,6 @@ def test_an_smtp_server_down_for_long_charges_nobody_and_the_lane_waits(customer
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stalled_send counts only recipients due before its cutoff, and each SlowDown "
-    "moves the chunk's next_attempt_at 30 s ahead",
-)
 @pytest.mark.django_db
 def test_a_long_smtp_outage_raises_the_stalled_send_alert(customer, make_batch):
     customer("ann@example.com")
