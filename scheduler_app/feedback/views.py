@@ -14,9 +14,11 @@ import logging
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
 from django.core.cache import cache
-from django.core.exceptions import RequestDataTooBig, ValidationError
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, ValidationError
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.shortcuts import render
 from django.utils.dateparse import parse_datetime
 from django.utils.decorators import method_decorator
@@ -64,7 +66,19 @@ def _over_rate_limit(request: HttpRequest) -> bool:
     return count > app_settings.UNSUBSCRIBE_RATE_LIMIT
 
 
+def _how_posted(request: HttpRequest) -> str:
+    """Return how an unsubscribe was posted, for its event's detail. The body never decides
+    whether it happens: one Django cannot parse (a bad multipart boundary, too many fields)
+    unsubscribes all the same."""
+    try:
+        one_click = "List-Unsubscribe" in request.POST
+    except (SuspiciousOperation, MultiPartParserError, ValueError):
+        return "a POST whose body could not be read"
+    return "one-click" if one_click else "confirmation page"
+
+
 @method_decorator(csrf_exempt, name="dispatch")
+@method_decorator(login_not_required, name="dispatch")  # public: LoginRequiredMiddleware
 class UnsubscribeView(View):
     """GET shows a confirmation page with a button; POST unsubscribes at once.
 
@@ -114,7 +128,7 @@ class UnsubscribeView(View):
             address=who.address,
             recipient_id=who.recipient_id,
             scope=who.scope,
-            detail="one-click" if "List-Unsubscribe" in request.POST else "confirmation page",
+            detail=_how_posted(request),
         )
         if record_event(event) is None:
             # Clicked before: the event counts once, but the address is suppressed again
@@ -141,6 +155,7 @@ class UnsubscribeView(View):
 
 
 @method_decorator(csrf_exempt, name="dispatch")
+@method_decorator(login_not_required, name="dispatch")  # public: LoginRequiredMiddleware
 class FeedbackWebhookView(View):
     """Bounces, complaints and unsubscribes from any source, as signed JSON.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from django.contrib.auth.decorators import login_not_required
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.utils.crypto import constant_time_compare
@@ -27,6 +28,7 @@ FORBIDDEN = (
 )
 
 
+@login_not_required  # its own access rule, also under LoginRequiredMiddleware
 @require_GET
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """Serve the database's gauges in Prometheus' text format to allowed clients."""

@@ -236,3 +236,13 @@ def test_the_default_write_rate_is_120_a_minute(api, ada, make_job, fixed_time):
 
     assert statuses[:120] == [200] * 120
     assert statuses[120] == 429
+
+
+def test_the_api_answers_for_itself_under_the_login_required_middleware(api):
+    # Django's LoginRequiredMiddleware would send token clients to a login page.
+    middleware = [*settings.MIDDLEWARE, "django.contrib.auth.middleware.LoginRequiredMiddleware"]
+    with override_settings(MIDDLEWARE=middleware):
+        assert api.get("/api/jobs/").status_code == 200
+        assert api.get("/api/").status_code == 200
+        assert api.get("/api/schema/").status_code == 200
+        assert APIClient().get("/api/jobs/").status_code == 401

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.conf import settings
 from django.test import Client, override_settings
 
 from scheduler_app import clock
@@ -203,3 +204,12 @@ def test_a_bearer_token_is_served_from_any_address():
 @override_settings(SCHEDULER_APP=LOCAL)
 def test_only_get_is_served():
     assert Client().post("/metrics").status_code == 405
+
+
+@override_settings(
+    SCHEDULER_APP={"METRICS_TOKEN": "s3cret"},
+    MIDDLEWARE=[*settings.MIDDLEWARE, "django.contrib.auth.middleware.LoginRequiredMiddleware"],
+)
+def test_a_scraper_is_not_sent_to_the_login_page():
+    response = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
+    assert response.status_code == 200

@@ -6,18 +6,24 @@ import re
 from urllib.parse import quote
 
 import pytest
+from django.conf import settings
 from django.core import mail, signing
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from scheduler_app.feedback.unsubscribe import SALT, recipient_token
 from scheduler_app.models import FeedbackEvent, Job, Recipient, Suppression
 from scheduler_app.sends.batches import send_message
 from tests.helpers import running_worker, wait_for_status
 from tests.sends.helpers import recipient, run_lane_now
+from tests.sends.test_feedback_events import post_webhook
 from tests.settings import SCHEDULER_APP
 from tests.testapp.models import ProviderCall
 
 LINK = re.compile(r"^<https://mail\.example\.com/mail/unsubscribe/(?P<token>[^/>]+)/>$")
+
+#: Django's middleware that sends anonymous requests to the login page, which projects
+#: on Django 5.1+ turn on; the app's public endpoints must answer for themselves.
+LOGIN_REQUIRED = [*settings.MIDDLEWARE, "django.contrib.auth.middleware.LoginRequiredMiddleware"]
 
 
 def one_click_token(message) -> str:
@@ -133,6 +139,54 @@ def test_a_one_click_post_suppresses_at_once_and_the_next_batch_skips_the_addres
     )
     second.refresh_from_db()
     assert (second.sent, second.skipped) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_the_page_the_one_click_post_and_the_webhook_need_no_login(client, customer, make_batch):
+    customer("ann@example.com", "Ann")
+    batch = make_batch()
+    run_lane_now(batch)
+    url = unsubscribe_url(recipient(batch, "ann@example.com").pk)
+
+    with override_settings(MIDDLEWARE=LOGIN_REQUIRED):
+        page = client.get(url)
+        one_click = client.post(url, {"List-Unsubscribe": "One-Click"})
+        webhook = post_webhook(client, [{"id": "w1", "type": "complaint", "address": "b@x.com"}])
+
+    assert (page.status_code, one_click.status_code, webhook.status_code) == (200, 200, 200)
+    assert set(Suppression.objects.values_list("address", flat=True)) == {
+        "ann@example.com",
+        "b@x.com",
+    }
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        pytest.param("multipart/form-data", b"List-Unsubscribe=One-Click", id="no-boundary"),
+        pytest.param(
+            "application/x-www-form-urlencoded",
+            b"List-Unsubscribe=One-Click" + b"&x=1" * 1001,
+            id="too-many-fields",
+        ),
+    ],
+)
+def test_a_one_click_post_whose_body_django_cannot_parse_still_unsubscribes(
+    customer, make_batch, content_type, body
+):
+    customer("ann@example.com", "Ann")
+    batch = make_batch()
+    run_lane_now(batch)
+    client = Client(raise_request_exception=False)
+
+    response = client.generic(
+        "POST", unsubscribe_url(recipient(batch, "ann@example.com").pk), body, content_type
+    )
+
+    assert response.status_code == 200
+    assert Suppression.objects.filter(address="ann@example.com").exists()
+    assert FeedbackEvent.objects.get().detail == "a POST whose body could not be read"
 
 
 @pytest.mark.django_db
