@@ -299,31 +299,34 @@ def _build_job(
     )
 
 
-def check_payload(payload: Any) -> Any:
-    """Return the payload as it will read back from the database, or raise InvalidPayload."""
+def check_payload(payload: Any, *, name: str = "payload") -> Any:
+    """Return the payload as it will read back from the database, or raise InvalidPayload.
+
+    ``name`` is what the messages call it (another JSON column: "seed list").
+    """
     try:
         text = json.dumps(payload, allow_nan=False)
     except ValueError as exc:
         raise InvalidPayload(
-            "The payload contains NaN or Infinity, which JSON cannot represent."
+            "The %s contains NaN or Infinity, which JSON cannot represent." % name
         ) from exc
     except TypeError as exc:
         # The first line only: newer Pythons add notes on where the value sits.
         raise InvalidPayload(
-            "The payload is not JSON-serialisable: %s." % str(exc).splitlines()[0]
+            "The %s is not JSON-serialisable: %s." % (name, str(exc).splitlines()[0])
         ) from exc
     stored = json.loads(text)
     # PostgreSQL's jsonb refuses \u0000; SQLite would store it. The walk runs
     # only when the text has the escape (it may also be an escaped backslash).
     if "\\u0000" in text and _contains(stored, _has_nul):
         raise InvalidPayload(
-            "The payload contains a NUL character (\\x00), which the database cannot store."
+            "The %s contains a NUL character (\\x00), which the database cannot store." % name
         )
     # PostgreSQL's json refuses lone surrogates (json.dumps escapes every surrogate as \udXXX).
     if "\\ud" in text and _contains(stored, has_lone_surrogate):
         raise InvalidPayload(
-            "The payload contains text that is not valid Unicode (a surrogate code point), "
-            "which the database cannot store."
+            "The %s contains text that is not valid Unicode (a surrogate code point), "
+            "which the database cannot store." % name
         )
     return stored
 

@@ -1,12 +1,26 @@
-"""The base of the app's ModelAdmins."""
+"""The base of the app's ModelAdmins, and what their forms share."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext as _
+
+from scheduler_app.exceptions import ValidationError
+
+T = TypeVar("T")
+
+
+def form_checked(check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Return ``check(*args, **kwargs)``, a scheduler_app ValidationError as a form error."""
+    try:
+        return check(*args, **kwargs)
+    except ValidationError as exc:
+        raise forms.ValidationError(exc.message, code=exc.code) from exc
 
 
 class SchedulerModelAdmin(admin.ModelAdmin):

@@ -13,11 +13,11 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from scheduler_app import clock
-from scheduler_app.admin.base import SchedulerModelAdmin
+from scheduler_app.admin.base import SchedulerModelAdmin, form_checked
 from scheduler_app.admin.display import report_counts, seconds
 from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.alerts.rules import expected_cadence
-from scheduler_app.exceptions import InvalidPayload, ValidationError
+from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule, ScheduleOccurrence
 from scheduler_app.schedules.declared import prune_declared_schedules
 from scheduler_app.schedules.recurrence import next_run_times
@@ -42,11 +42,8 @@ class ScheduleForm(forms.ModelForm):
 
     def clean_payload(self) -> Any:
         value = self.cleaned_data["payload"]
-        try:
-            # Blank means "no payload"; the column is NOT NULL.
-            return check_payload({} if value is None else value)
-        except InvalidPayload as exc:
-            raise forms.ValidationError(exc.message, code=exc.code) from exc
+        # Blank means "no payload"; the column is NOT NULL.
+        return form_checked(check_payload, {} if value is None else value)
 
 
 @admin.display(description="job status")

@@ -28,7 +28,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app.admin.base import SchedulerModelAdmin
+from scheduler_app.admin.base import SchedulerModelAdmin, form_checked
 from scheduler_app.admin.display import paused_banner, seconds, utc
 from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.conf import app_settings
@@ -37,6 +37,7 @@ from scheduler_app.db import database_now
 from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.feedback.suppressions import batch_feedback
 from scheduler_app.models import RateLimit, Recipient, SendBatch
+from scheduler_app.scheduling import check_payload
 from scheduler_app.sends import batches, states
 from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
@@ -76,7 +77,8 @@ PAGE_ACTIONS = ("pause", "resume", "cancel")
 
 
 class SendBatchForm(forms.ModelForm):
-    """Blank JSON fields mean "none" (the columns are NOT NULL); parameters are an object."""
+    """Blank JSON fields mean "none" (the columns are NOT NULL); parameters are an object;
+    every JSON value is one the database can store."""
 
     def clean_audience_params(self) -> dict[str, Any]:
         value = self.cleaned_data["audience_params"]
@@ -84,7 +86,7 @@ class SendBatchForm(forms.ModelForm):
             return {}
         if not isinstance(value, dict):
             raise forms.ValidationError("Audience parameters must be a JSON object.")
-        return value
+        return form_checked(check_payload, value, name="audience parameter object")
 
     def clean_seed_list(self) -> list[str]:
         value = self.cleaned_data["seed_list"]
@@ -92,7 +94,7 @@ class SendBatchForm(forms.ModelForm):
             return []
         if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
             raise forms.ValidationError("The seed list must be a JSON list of addresses.")
-        return value
+        return form_checked(check_payload, value, name="seed list")
 
     def clean_seed_context(self) -> dict[str, Any]:
         value = self.cleaned_data["seed_context"]
@@ -100,7 +102,7 @@ class SendBatchForm(forms.ModelForm):
             return {}
         if not isinstance(value, dict):
             raise forms.ValidationError("The seed context must be a JSON object.")
-        return value
+        return form_checked(check_payload, value, name="seed context")
 
 
 class ReasonForm(forms.Form):

@@ -595,6 +595,27 @@ def test_audience_params_must_be_a_json_object(admin, make_batch):
     assert SendBatch.objects.get(pk=batch.pk).audience_params == {}
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "what"),
+    [
+        ("seed_context", '{"first_name": "a\\u0000"}', "seed context"),
+        ("audience_params", '{"plan": "a\\u0000"}', "audience parameter object"),
+        ("seed_list", '["qa\\u0000@example.com"]', "seed list"),
+    ],
+)
+def test_a_json_field_with_a_nul_is_a_form_error_not_a_500(admin, make_batch, field, value, what):
+    """PostgreSQL's jsonb refuses a NUL (a 500); SQLite would store it."""
+    batch = make_batch()
+    data = form_data(admin.get(change("sendbatch", batch.pk)))
+    data[field] = value
+    response = admin.post(change("sendbatch", batch.pk), data)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {
+        field: ["The %s contains a NUL character (\\x00), which the database cannot store." % what]
+    }
+    assert getattr(SendBatch.objects.get(pk=batch.pk), field) == getattr(batch, field)
+
+
 def test_dry_run_of_a_batch_whose_audience_params_are_not_an_object_fails_clearly(
     admin, make_batch
 ):
