@@ -215,10 +215,19 @@ def _run_time(
     if delay is not None:
         return now + _duration(delay, "delay", room=LATEST_RUN_AT - now), None
     if undo_window is not None:
-        margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
-        window = _duration(undo_window, "undo_window", room=LATEST_RUN_AT - now - margin)
-        return now + window + margin, now + window
+        window = check_undo_window(undo_window, now=now)
+        return now + window + dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN), now + window
     return now, None
+
+
+def check_undo_window(value: dt.timedelta | float, *, now: dt.datetime) -> dt.timedelta:
+    """Return ``value`` as an undo window starting ``now``, or raise InvalidSchedule.
+
+    It must not be negative, and the run time after it and UNDO_SAFETY_MARGIN
+    must fall before LATEST_RUN_AT.
+    """
+    margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
+    return _duration(value, "undo_window", room=LATEST_RUN_AT - now - margin)
 
 
 def _duration(value: dt.timedelta | float, name: str, *, room: dt.timedelta) -> dt.timedelta:

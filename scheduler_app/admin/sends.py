@@ -28,16 +28,17 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
+from scheduler_app import clock
 from scheduler_app.admin.base import SchedulerModelAdmin, form_checked
 from scheduler_app.admin.display import paused_banner, seconds, utc
 from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.db import database_now
-from scheduler_app.exceptions import SchedulerError, ValidationError
+from scheduler_app.exceptions import InvalidSchedule, SchedulerError, ValidationError
 from scheduler_app.feedback.suppressions import batch_feedback
 from scheduler_app.models import RateLimit, Recipient, SendBatch
-from scheduler_app.scheduling import check_payload
+from scheduler_app.scheduling import check_payload, check_undo_window
 from scheduler_app.sends import batches, states
 from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
@@ -103,6 +104,10 @@ class SendBatchForm(forms.ModelForm):
         if not isinstance(value, dict):
             raise forms.ValidationError("The seed context must be a JSON object.")
         return form_checked(check_payload, value, name="seed context")
+
+    def clean_undo_window(self) -> dt.timedelta:
+        # schedule()'s rule, which scheduling the batch applies again (planned_start).
+        return form_checked(check_undo_window, self.cleaned_data["undo_window"], now=clock.now())
 
 
 class ReasonForm(forms.Form):
@@ -522,9 +527,15 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 )
         return None
 
-    def _planned_start(self, batch: SendBatch, now: Any) -> str:
-        """Say when ``batch`` starts if scheduled ``now``, and why then."""
-        start = utc(batches.planned_start(batch, now))
+    def _planned_start(self, request: HttpRequest, batch: SendBatch, now: Any) -> str | None:
+        """Say when ``batch`` starts if scheduled ``now``, and why then (None: it cannot)."""
+        try:
+            start = utc(batches.planned_start(batch, now))
+        except InvalidSchedule as exc:
+            self.message_user(
+                request, "%s cannot be scheduled: %s" % (batch.name, exc), messages.ERROR
+            )
+            return None
         if not batch.undo_window:
             return start
         return "%s, after the %s undo window and the %s safety margin" % (
@@ -555,7 +566,9 @@ class SendBatchAdmin(SchedulerModelAdmin):
             "action": action,
             "queryset": queryset,
             "items": [
-                (b, run_checklist(b), self._planned_start(b, now)) if checklist else (b, [], None)
+                (b, run_checklist(b), self._planned_start(request, b, now))
+                if checklist
+                else (b, [], None)
                 for b in queryset
             ],
             "can_relax": request.user.has_perm("scheduler_app.relax_checklist"),

@@ -27,7 +27,7 @@ from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.feedback.unsubscribe import recipient_token, with_unsubscribe
 from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.schedules.per_item import local_run_time
-from scheduler_app.scheduling import JobRequest, schedule, schedule_many
+from scheduler_app.scheduling import JobRequest, check_undo_window, schedule, schedule_many
 from scheduler_app.sends import states
 from scheduler_app.sends.audience import freeze, get_audience
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK, Outcome, deliver
@@ -126,8 +126,8 @@ def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] =
     if failing:
         raise ChecklistFailed(failing)
     now = database_now()  # the clock the lanes' claim and the undo compare against
-    window_ends = now + batch.undo_window
     start = planned_start(batch, now)
+    window_ends = now + batch.undo_window
     with transaction.atomic():
         if not SendBatch.objects.filter(pk=batch.pk, status=Status.DRAFT).update(
             status=Status.SCHEDULED,
@@ -425,8 +425,9 @@ def lane_key_prefix(batch_id: int) -> str:
 
 def planned_start(batch: SendBatch, now: dt.datetime) -> dt.datetime:
     """Return when a draft scheduled at ``now`` starts: its send time, or after its undo window
-    and safety margin if that is later."""
-    window_ends = now + batch.undo_window
+    and safety margin if that is later. Raise InvalidSchedule for an undo window that
+    schedule() would refuse."""
+    window_ends = now + check_undo_window(batch.undo_window, now=now)
     if batch.undo_window:
         window_ends += dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
     return max(batch.scheduled_at or now, window_ends)

@@ -415,6 +415,34 @@ def test_scheduling_a_batch_that_is_not_a_draft_is_refused(admin, make_batch):
     assert lanes(batch) == 0
 
 
+TOO_LONG = (
+    "undo_window puts the run time after 9000-01-01T00:00:00+00:00, the latest allowed; "
+    "got 3000000 days, 0:00:00."
+)
+
+
+def test_scheduling_a_draft_stored_with_an_undo_window_too_long_is_refused_with_a_message(
+    admin, make_batch
+):
+    """Stored before the form refused it: the start it would have is past any calendar."""
+    batch = make_batch(undo_window=dt.timedelta(days=3_000_000))
+    before = snapshot(batch, *BATCH_FIELDS)
+
+    asked = post_action(admin, "sendbatch", "schedule_action", [batch])
+
+    assert asked.status_code == 200
+    assert messages_of(asked) == [("error", "Spring news cannot be scheduled: %s" % TOO_LONG)]
+    assert "Sending starts at" not in asked.content.decode()
+
+    response = post_action(
+        admin, "sendbatch", "schedule_action", [batch], confirm="yes", relax=list(UNPREPARED)
+    )
+
+    assert messages_of(response) == [("error", "Spring news was not scheduled: %s" % TOO_LONG)]
+    assert snapshot(batch, *BATCH_FIELDS) == before
+    assert lanes(batch) == 0
+
+
 # -- pause / resume / cancel ---------------------------------------------------------------
 
 
@@ -614,6 +642,28 @@ def test_a_json_field_with_a_nul_is_a_form_error_not_a_500(admin, make_batch, fi
         field: ["The %s contains a NUL character (\\x00), which the database cannot store." % what]
     }
     assert getattr(SendBatch.objects.get(pk=batch.pk), field) == getattr(batch, field)
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ("-00:00:10", "undo_window must not be negative; got -1 day, 23:59:50."),
+        (
+            "999999999 00:00:00",
+            "undo_window puts the run time after 9000-01-01T00:00:00+00:00, the latest allowed; "
+            "got 999999999 days, 0:00:00.",
+        ),
+    ],
+)
+def test_an_undo_window_the_scheduling_api_refuses_is_a_form_error(admin, make_batch, given, error):
+    """A huge one was a 500 on save (SQLite) or on scheduling; a negative one was saved."""
+    batch = make_batch()
+    data = form_data(admin.get(change("sendbatch", batch.pk)))
+    data["undo_window"] = given
+    response = admin.post(change("sendbatch", batch.pk), data)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {"undo_window": [error]}
+    assert SendBatch.objects.get(pk=batch.pk).undo_window == dt.timedelta(0)
 
 
 def test_dry_run_of_a_batch_whose_audience_params_are_not_an_object_fails_clearly(
