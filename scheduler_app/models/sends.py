@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Upper
@@ -12,6 +14,16 @@ from django.utils.translation import gettext_lazy as _
 
 from scheduler_app import clock
 from scheduler_app.models.schedules import validate_timezone
+
+
+def validate_breaker_threshold(value: float) -> None:
+    """Raise ValidationError unless ``value`` is above 0 and at most 1, as BREAKER_THRESHOLD
+    must be (check E086)."""
+    if not 0 < value <= 1:
+        raise ValidationError(
+            _("The breaker threshold must be above 0 and at most 1 (a share of failed attempts)."),
+            code="invalid_breaker_threshold",
+        )
 
 
 class SendBatch(models.Model):
@@ -54,8 +66,13 @@ class SendBatch(models.Model):
 
     provider = models.CharField(max_length=100, default="email")
     rate_limit_key = models.CharField(max_length=100, default="email")
-    breaker_window = models.PositiveIntegerField(null=True, blank=True)
-    breaker_threshold = models.FloatField(null=True, blank=True)
+    # None: SCHEDULER_APP's BREAKER_WINDOW and BREAKER_THRESHOLD.
+    breaker_window = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    breaker_threshold = models.FloatField(
+        null=True, blank=True, validators=[validate_breaker_threshold]
+    )
 
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
     status_reason = models.TextField(blank=True, default="")

@@ -252,7 +252,11 @@ class Breaker:
         self.attempts: collections.deque[bool] = collections.deque(
             maxlen=max(1, math.ceil(window / app_settings.SEND_LANES))
         )
-        self.threshold = batch.breaker_threshold or app_settings.BREAKER_THRESHOLD
+        self.threshold = (
+            app_settings.BREAKER_THRESHOLD
+            if batch.breaker_threshold is None
+            else batch.breaker_threshold
+        )
 
     def add(self, outcome: Outcome) -> str:
         """Count ``outcome``; return why the breaker tripped, or ''."""

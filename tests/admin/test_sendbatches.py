@@ -666,6 +666,38 @@ def test_an_undo_window_the_scheduling_api_refuses_is_a_form_error(admin, make_b
     assert SendBatch.objects.get(pk=batch.pk).undo_window == dt.timedelta(0)
 
 
+THRESHOLD = "The breaker threshold must be above 0 and at most 1 (a share of failed attempts)."
+
+
+@pytest.mark.parametrize(
+    ("field", "given", "error"),
+    [
+        ("breaker_threshold", "-1", THRESHOLD),
+        ("breaker_threshold", "0", THRESHOLD),
+        ("breaker_threshold", "5", THRESHOLD),
+        ("breaker_window", "0", "Ensure this value is greater than or equal to 1."),
+    ],
+)
+def test_a_breaker_setting_it_cannot_mean_is_a_form_error(admin, make_batch, field, given, error):
+    """-1 would trip on a clean send, 5 never, 0 was taken as the default."""
+    batch = make_batch()
+    data = form_data(admin.get(change("sendbatch", batch.pk)))
+    data[field] = given
+    response = admin.post(change("sendbatch", batch.pk), data)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {field: [error]}
+    assert getattr(SendBatch.objects.get(pk=batch.pk), field) is None
+
+
+def test_the_breaker_bounds_themselves_are_accepted(admin, make_batch):
+    batch = make_batch()
+    data = form_data(admin.get(change("sendbatch", batch.pk)))
+    data.update(breaker_threshold="1", breaker_window="1")
+    assert admin.post(change("sendbatch", batch.pk), data).status_code == 302
+    stored = SendBatch.objects.get(pk=batch.pk)
+    assert (stored.breaker_threshold, stored.breaker_window) == (1.0, 1)
+
+
 def test_dry_run_of_a_batch_whose_audience_params_are_not_an_object_fails_clearly(
     admin, make_batch
 ):

@@ -9,7 +9,7 @@ from django.db import OperationalError
 
 from scheduler_app import clock
 from scheduler_app.models import Recipient, SendBatch
-from scheduler_app.sends.dispatch import run_lane
+from scheduler_app.sends.dispatch import Breaker, Outcome, run_lane
 from tests.sends.helpers import recipient, run_lane_job, run_lane_now
 from tests.testapp.models import ProviderBehaviour, ProviderCall
 
@@ -56,6 +56,16 @@ def test_the_breaker_stops_the_rest_of_the_chunk(customer, make_batch):
         "pending",
         "pending",
     ]
+
+
+def test_a_batch_breaker_threshold_of_0_is_its_own_not_the_default():
+    """None means BREAKER_THRESHOLD (0.5); 0 trips on any failure (the form refuses it)."""
+    breaker = Breaker(SendBatch(breaker_window=4, breaker_threshold=0))  # 2 lanes: 2 each
+
+    assert breaker.add(Outcome(recipient_id=1, status="sent")) == ""
+    assert breaker.add(Outcome(recipient_id=2, status="failed")) == (
+        "Automatic breaker: 1 of the last 2 attempts failed (threshold 0%)."
+    )
 
 
 def test_slow_down_makes_the_lane_wait_instead_of_claiming_the_next_chunk(
