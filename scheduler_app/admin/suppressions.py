@@ -21,12 +21,21 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from scheduler_app.admin.base import SchedulerModelAdmin
+from scheduler_app.admin.display import report_counts
 from scheduler_app.feedback.suppressions import lift, normalise, suppress
 from scheduler_app.models import FeedbackEvent, Suppression, SuppressionRemoval
 
 #: Columns of an exported file; an imported file needs ``address`` and may have the others.
 CSV_COLUMNS = ["address", "scope", "reason", "source", "created_at", "detail"]
 MAX_IMPORT_BYTES = 10 * 1024 * 1024
+LIFT_LABELS = {
+    "lifted": ("Lifted %(count)d suppression.", "Lifted %(count)d suppressions.", messages.SUCCESS),
+    "already": (
+        "%(count)d suppression was already lifted.",
+        "%(count)d suppressions were already lifted.",
+        messages.WARNING,
+    ),
+}
 
 
 class SuppressionForm(forms.ModelForm):
@@ -111,10 +120,17 @@ class SuppressionAdmin(SchedulerModelAdmin):
     def lift_action(self, request: HttpRequest, queryset: QuerySet) -> HttpResponse | None:
         form = LiftForm(request.POST if "apply" in request.POST else None)
         if form.is_valid():
-            lifted = sum(
-                lift(row, why=form.cleaned_data["why"], by=request.user) for row in queryset
+            rows = list(queryset)
+            lifted = sum(lift(row, why=form.cleaned_data["why"], by=request.user) for row in rows)
+            # A row lifted before this request (a resubmitted form) is not in the queryset.
+            selected = set(request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME))
+            missing = len(selected - {str(row.pk) for row in rows})
+            report_counts(
+                request,
+                self,
+                {"lifted": lifted, "already": len(rows) - lifted + missing},
+                LIFT_LABELS,
             )
-            self.message_user(request, "Lifted %s suppression(s)." % lifted, messages.SUCCESS)
             return None
         context = {
             **self.admin_site.each_context(request),

@@ -79,7 +79,7 @@ def test_lifting_asks_why_and_leaves_an_audit_row(admin, superuser):
 
     done = admin.post(CHANGELIST, {**action, "apply": "yes", "why": "re-subscribed by form"})
 
-    assert messages_of(done) == [("success", "Lifted 1 suppression(s).")]
+    assert messages_of(done) == [("success", "Lifted 1 suppression.")]
     assert not Suppression.objects.exists()
     audit = SuppressionRemoval.objects.get()
     assert (audit.address, audit.was_reason, audit.why, audit.removed_by) == (
@@ -102,6 +102,26 @@ def test_a_suppression_another_operator_already_lifted_is_not_recorded_lifted_ag
     assert list(SuppressionRemoval.objects.values_list("why", flat=True)) == [
         "asked to be mailed again"
     ]
+
+
+@pytest.mark.django_db
+def test_lifting_suppressions_already_lifted_warns_how_many_and_reports_no_empty_success(admin):
+    """Back and submit again, or a second operator first: never a green "Lifted 0"."""
+    ann, bob = suppressed("ann@example.com"), suppressed("bob@example.com")
+    action = {"action": "lift_action", "apply": "yes", "why": "asked to be mailed again"}
+    first = admin.post(CHANGELIST, {**action, ACTION_CHECKBOX: [bob.pk]})
+    assert messages_of(first) == [("success", "Lifted 1 suppression.")]
+
+    again = admin.post(CHANGELIST, {**action, ACTION_CHECKBOX: [bob.pk]})
+    assert messages_of(again) == [("warning", "1 suppression was already lifted.")]
+
+    both = admin.post(CHANGELIST, {**action, ACTION_CHECKBOX: [ann.pk, bob.pk]})
+    assert messages_of(both) == [
+        ("success", "Lifted 1 suppression."),
+        ("warning", "1 suppression was already lifted."),
+    ]
+    assert not Suppression.objects.exists()
+    assert SuppressionRemoval.objects.count() == 2
 
 
 @pytest.mark.django_db
