@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,21 +25,45 @@ def form_checked(check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 class SchedulerModelAdmin(admin.ModelAdmin):
-    """A ModelAdmin whose lists refuse a query string holding a NUL character.
+    """A ModelAdmin whose lists refuse filters that would be a 500: the list is shown
+    without filters, with a message.
 
-    No stored text can hold one (PostgreSQL refuses it while the page renders, a 500),
-    so such a filter is dropped: the list is shown without filters, with a message.
+    A NUL character: no stored text can hold one (PostgreSQL refuses it while the page
+    renders). The date drill-down to the last year, month or day of year 9999: Django
+    bounds it by the start of the next one, in year 10000.
     """
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if any("\x00" in key or "\x00" in "".join(values) for key, values in request.GET.lists()):
-            self.message_user(
+            return self._unfiltered(
                 request,
                 _(
                     "A filter in the address held a NUL character, which no stored text can "
                     "hold: the list is shown without filters."
                 ),
-                messages.ERROR,
             )
-            return HttpResponseRedirect(request.path)
+        if self._drills_to_the_end_of_9999(request):
+            return self._unfiltered(
+                request,
+                _(
+                    "The date filter picks the end of the year 9999, the last a date can have: "
+                    "the list is shown without filters."
+                ),
+            )
         return super().changelist_view(request, extra_context)
+
+    def _unfiltered(self, request: HttpRequest, why: str) -> HttpResponse:
+        self.message_user(request, why, messages.ERROR)
+        return HttpResponseRedirect(request.path)
+
+    def _drills_to_the_end_of_9999(self, request: HttpRequest) -> bool:
+        """Return whether the date drill-down picks 9999, 9999-12 or 9999-12-31."""
+        if not self.date_hierarchy:
+            return False
+        parts = ("year", "month", "day")
+        picked = [request.GET.get("%s__%s" % (self.date_hierarchy, part)) for part in parts]
+        try:
+            year, month, day = (int(value) if value else None for value in picked)
+        except ValueError:
+            return False  # not a date: Django refuses it itself
+        return year == dt.MAXYEAR and (month, day) in ((None, None), (12, None), (12, 31))

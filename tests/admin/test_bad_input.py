@@ -92,3 +92,42 @@ def test_a_list_filter_value_with_a_nul_shows_the_list_unfiltered_with_a_message
         )
     ]
     assert get(admin, changelist(model)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("model", "field"), [("suppression", "created_at"), ("prunerun", "started_at")]
+)
+@pytest.mark.parametrize(
+    "drill",
+    [
+        {"year": "9999"},
+        {"year": "9999", "month": "12"},
+        {"year": "9999", "month": "12", "day": "31"},
+    ],
+)
+def test_a_date_drill_down_to_the_end_of_9999_shows_the_list_unfiltered_with_a_message(
+    admin, model, field, drill
+):
+    """Django bounds the period picked by the start of the next one: in year 10000, a 500."""
+    query = {"%s__%s" % (field, part): value for part, value in drill.items()}
+
+    response = get(admin, changelist(model), query)
+
+    assert (response.status_code, response["Location"]) == (302, changelist(model))
+    assert messages_of(response) == [
+        (
+            "error",
+            "The date filter picks the end of the year 9999, the last a date can have: "
+            "the list is shown without filters.",
+        )
+    ]
+    assert get(admin, changelist(model)).status_code == 200
+
+
+def test_a_date_drill_down_to_an_earlier_month_of_9999_is_shown(admin):
+    response = get(
+        admin, changelist("suppression"), {"created_at__year": "9999", "created_at__month": "11"}
+    )
+
+    assert response.status_code == 200
+    assert messages_of(response) == []
