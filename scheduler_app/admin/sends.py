@@ -35,7 +35,7 @@ from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.db import database_now
-from scheduler_app.exceptions import InvalidSchedule, SchedulerError, ValidationError
+from scheduler_app.exceptions import InvalidSchedule, SchedulerError
 from scheduler_app.feedback.suppressions import batch_feedback
 from scheduler_app.models import RateLimit, Recipient, SendBatch
 from scheduler_app.scheduling import check_payload, check_undo_window
@@ -118,10 +118,7 @@ class ReasonForm(forms.Form):
     )
 
     def clean_reason(self) -> str:
-        try:
-            return batches.check_pause_reason(self.cleaned_data["reason"])
-        except ValidationError as exc:
-            raise forms.ValidationError(exc.message) from exc
+        return form_checked(batches.check_pause_reason, self.cleaned_data["reason"])
 
 
 def delete_drafts(modeladmin: SendBatchAdmin, request: HttpRequest, queryset: QuerySet) -> Any:

@@ -11,9 +11,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 
 from scheduler_app import controls
-from scheduler_app.admin.base import SchedulerModelAdmin
+from scheduler_app.admin.base import SchedulerModelAdmin, form_checked
 from scheduler_app.conf import app_settings
-from scheduler_app.exceptions import SchedulerError, ValidationError
+from scheduler_app.exceptions import SchedulerError
 from scheduler_app.models import Control, ControlEvent, SendBatch
 from scheduler_app.registry import all_tasks
 from scheduler_app.sends import batches
@@ -33,10 +33,7 @@ class SwitchForm(forms.Form):
             return data
         reason = data.get("reason") or ""
         if data.get("scope") == "batch":
-            try:
-                batches.check_pause_reason(reason)
-            except ValidationError as exc:
-                raise forms.ValidationError(exc.message) from exc
+            form_checked(batches.check_pause_reason, reason)
         elif not reason.strip():
             raise forms.ValidationError("A reason is required to pause.")
         return data
