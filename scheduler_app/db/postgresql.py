@@ -101,11 +101,7 @@ now() stays at the start of the transaction. One text for both cases, so
 prepared statements are reused."""
 
 CLAIM = f"""
-UPDATE {JOB} AS j
-SET status = 'running', worker_id = %(worker)s,
-    lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s,
-    started_at = %(started)s, attempts = j.attempts + 1, lease_token = j.lease_token + 1
-FROM (
+WITH due AS MATERIALIZED (
     SELECT id FROM {JOB}
     WHERE status = 'pending' AND queue = ANY(%(queues)s)
       AND run_at <= {NOW.format(frozen="%(frozen)s")}
@@ -113,14 +109,24 @@ FROM (
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-) AS due
+)
+UPDATE {JOB} AS j
+SET status = 'running', worker_id = %(worker)s,
+    lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s,
+    started_at = %(started)s, attempts = j.attempts + 1, lease_token = j.lease_token + 1
+FROM due
 WHERE j.id = due.id
 RETURNING j.id, j.task_name, j.payload::text, j.payload_version, j.attempts, j.max_attempts,
           j.scheduled_for, j.run_at, j.unique_key, j.lease_token, j.retry_later_deadline
 """
 """Claim up to `limit` due jobs. SKIP LOCKED so a slow claimer never blocks the
 others, and a row a cancel holds is skipped, not waited for. Due and lease
-times are the database's clock; started_at is the worker's (for lateness)."""
+times are the database's clock; started_at is the worker's (for lateness).
+
+The locking query is a MATERIALIZED CTE, run once. As a subquery in FROM, with the
+statistics of an emptied table the planner put it inside a nested loop and ran it
+again for each row of the table: each run skipped the rows already updated and locked
+the next ones, and one claim took every due job (tests/db/test_claim_limits.py)."""
 
 IN_CLAIM_ORDER = "SELECT set_config('enable_sort', 'off', true)"
 """Sent before CLAIM in the same transaction: the claim index holds pending jobs in claim
@@ -450,9 +456,7 @@ the unique constraint and the freeze fails, rather than leave that recipient out
 BATCH = "scheduler_app_sendbatch"
 
 CLAIM_RECIPIENTS = f"""
-UPDATE {RECIPIENT} AS r
-SET claimed_by = %(claim)s, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
-FROM (
+WITH due AS MATERIALIZED (
     SELECT id FROM {RECIPIENT}
     WHERE batch_id = %(batch)s AND status = 'pending' AND NOT is_seed
       AND next_attempt_at <= {NOW.format(frozen="%(frozen)s")}
@@ -460,14 +464,18 @@ FROM (
     ORDER BY next_attempt_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-) AS due
+)
+UPDATE {RECIPIENT} AS r
+SET claimed_by = %(claim)s, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
+FROM due
 WHERE r.id = due.id
 RETURNING r.id, r.recipient_key, r.address, r.timezone, r.context::text, r.attempts
 """
 """Claim a chunk of a batch's due recipients, earliest due first; SKIP LOCKED so workers
 share a batch. No attempt is charged here: MARK_AND_BEGIN charges the one being sent.
 Only the partial index scheduler_recipient_due gives this order, so the plan does not
-depend on statistics that know nothing yet of a batch just frozen."""
+depend on statistics that know nothing yet of a batch just frozen. The locking query runs
+once, as a MATERIALIZED CTE: see CLAIM."""
 
 EXTEND_CLAIMS = f"""
 UPDATE {RECIPIENT} AS r SET claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
