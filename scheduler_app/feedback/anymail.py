@@ -17,9 +17,11 @@ from scheduler_app.exceptions import UnmatchedFeedback
 from scheduler_app.feedback.suppressions import (
     Feedback,
     Kind,
+    is_storable_text,
     record_event,
     source_event_id,
     storable_address,
+    storable_text,
 )
 from scheduler_app.models import Suppression
 
@@ -64,17 +66,28 @@ def on_tracking(sender: Any, event: Any, esp_name: str, **kwargs: Any) -> None:
         kind=kind,
         source=Suppression.Source.ANYMAIL,
         address=event.recipient or "",
-        message_id=event.message_id or "",
-        idempotency_key=str((event.metadata or {}).get("scheduler_key", "")),
+        message_id=_storable_id(event.message_id),
+        idempotency_key=_storable_id((event.metadata or {}).get("scheduler_key")),
         occurred_at=event.timestamp,
-        detail=" ".join(
-            part for part in (event.reject_reason, event.description, event.mta_response) if part
+        detail=storable_text(
+            " ".join(
+                part
+                for part in (event.reject_reason, event.description, event.mta_response)
+                if part
+            )
         ),
     )
     try:
         record_event(feedback)
     except UnmatchedFeedback:
         logger.warning("anymail event unmatched esp=%s event=%s", esp_name, event_id)
+
+
+def _storable_id(value: Any) -> str:
+    """Return the id as text, or '' if a database cannot store it: cleaned, it could tie
+    the event to someone else."""
+    text = "" if value is None else str(value)
+    return text if is_storable_text(text) else ""
 
 
 def connect() -> None:

@@ -88,6 +88,12 @@ def is_storable_text(text: str) -> bool:
     return "\x00" not in text and not has_lone_surrogate(text)
 
 
+def storable_text(text: str) -> str:
+    """Return ``text`` as a database's text column can hold it: NULs dropped, lone
+    surrogates replaced by "?"."""
+    return text.replace("\x00", "").encode(errors="replace").decode()
+
+
 @functools.lru_cache(maxsize=1024)
 def _ascii_domain(domain: str) -> str:
     try:
@@ -209,11 +215,13 @@ class Feedback:
 
 
 def source_event_id(source: str, event_id: str) -> str:
-    """Return the stored id of a source's event: prefixed, and hashed if it would not fit."""
+    """Return the stored id of a source's event: prefixed, and hashed if it would not fit or
+    holds what a database cannot store (the same id always gives the same hash)."""
     stored = "%s:%s" % (source, event_id)
-    if len(stored) <= 255:
+    if len(stored) <= 255 and is_storable_text(stored):
         return stored
-    return "%s:sha256:%s" % (source, hashlib.sha256(event_id.encode()).hexdigest())
+    digest = hashlib.sha256(event_id.encode(errors="surrogatepass")).hexdigest()
+    return "%s:sha256:%s" % (source, digest)
 
 
 def record_event(event: Feedback) -> FeedbackEvent | None:

@@ -506,3 +506,67 @@ def test_an_anymail_event_for_an_address_the_list_cannot_hold_is_logged_and_drop
         "anymail event dropped esp=TestESP event=ev-bad: its recipient %r is not an address "
         "the list can hold" % recipient
     ]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "fields",
+    [
+        pytest.param({"description": "550 mailbox \ud800 unknown"}, id="surrogate-in-detail"),
+        pytest.param({"mta_response": "550 \x00 unknown"}, id="nul-in-detail"),
+        pytest.param({"event_id": "ev\x00"}, id="nul-in-event-id"),
+        pytest.param({"event_id": "ev\ud800"}, id="surrogate-in-event-id"),
+        pytest.param({"message_id": "<a\x00b@example.com>"}, id="nul-in-message-id"),
+        pytest.param({"metadata": {"scheduler_key": "1:a\x00"}}, id="nul-in-metadata-key"),
+        pytest.param({"metadata": {"scheduler_key": "1:a\ud800"}}, id="surrogate-in-key"),
+    ],
+)
+def test_an_anymail_bounce_with_text_a_database_cannot_store_is_still_recorded(fields):
+    """Raising would fail anymail's webhook view (a 500): the ESP would send the whole POST
+    again and again, and the bounces after this one in it would never be recorded."""
+    anymail_event("bounced", **{"event_id": "ev-1", "recipient": "ann@example.com", **fields})
+
+    event = FeedbackEvent.objects.get()
+    assert (event.address, event.recipient_id) == ("ann@example.com", None)
+    assert Suppression.objects.get().reason == "hard_bounce"
+
+
+@pytest.mark.django_db
+def test_an_anymail_detail_keeps_its_text_without_what_a_database_cannot_store():
+    anymail_event(
+        "bounced",
+        event_id="ev-1",
+        recipient="ann@example.com",
+        reject_reason="bounced",
+        description="550 mailbox \ud800 unknown",
+        mta_response="550 \x00unknown",
+    )
+
+    assert FeedbackEvent.objects.get().detail == "bounced 550 mailbox ? unknown 550 unknown"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("event_id", ["ev\x00", "ev\ud800"])
+def test_an_anymail_event_id_a_database_cannot_store_is_stored_hashed_and_still_deduplicated(
+    event_id,
+):
+    for _ in range(2):
+        anymail_event("bounced", event_id=event_id, recipient="ann@example.com")
+
+    digest = hashlib.sha256(event_id.encode(errors="surrogatepass")).hexdigest()
+    assert list(FeedbackEvent.objects.values_list("event_id", flat=True)) == [
+        "anymail:TestESP:sha256:%s" % digest
+    ]
+
+
+@pytest.mark.django_db
+def test_an_anymail_message_id_or_key_a_database_cannot_store_ties_back_to_nobody(sent_batch):
+    """Cleaned of what cannot be stored, an id could tie the event to someone else."""
+    anymail_event(
+        "complained",
+        event_id="ev-1",
+        message_id="<a\x00b@example.com>",
+        metadata={"scheduler_key": "%s:ann\x00" % sent_batch.pk},
+    )
+
+    assert not FeedbackEvent.objects.exists()
