@@ -52,6 +52,13 @@ class UnmatchedFeedback(ValidationError):
     code = "unmatched_feedback"
 
 
+class UnsuppressibleAddress(UnmatchedFeedback, UnknownUnsubscribeToken):
+    """This address cannot be unsubscribed automatically: in lower case it is too long to list."""
+
+    # Both: a feedback event about it is reported unmatched, its link as one we cannot honour.
+    code = "unsuppressible_address"
+
+
 class UnknownTask(ValidationError):
     """No task is registered under this name."""
 

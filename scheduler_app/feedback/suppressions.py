@@ -26,7 +26,7 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user
 from scheduler_app.db import has_lone_surrogate
-from scheduler_app.exceptions import UnmatchedFeedback
+from scheduler_app.exceptions import UnmatchedFeedback, UnsuppressibleAddress
 from scheduler_app.models import (
     ControlEvent,
     FeedbackEvent,
@@ -75,11 +75,20 @@ def storable_address(address: str) -> str:
         validate_email(address)
     except ValidationError as exc:
         raise ValidationError("%r is not an email address." % address) from exc
-    normal = normalise(address)
-    if len(normal) > MAX_ADDRESS_LENGTH:
+    try:
+        return list_address(address)
+    except UnsuppressibleAddress as exc:
         raise ValidationError(
             "%r is longer than %s characters once lower-cased." % (address, MAX_ADDRESS_LENGTH)
-        )
+        ) from exc
+
+
+def list_address(address: str) -> str:
+    """Return ``address`` normalised; raise UnsuppressibleAddress if that is longer than the
+    list's column (``str.lower()`` can lengthen text)."""
+    normal = normalise(address)
+    if len(normal) > MAX_ADDRESS_LENGTH:
+        raise UnsuppressibleAddress()
     return normal
 
 
@@ -145,13 +154,15 @@ def suppress(
 ) -> tuple[Suppression, bool]:
     """Put ``address`` on the list in ``scope`` ('' for all mail); return (row, created).
 
-    An address already suppressed in that scope keeps its first reason.
+    An address already suppressed in that scope keeps its first reason. Raise
+    UnsuppressibleAddress if the list cannot hold the address.
     """
+    address = list_address(address)
     batch_id = batch.pk if isinstance(batch, SendBatch) else batch
     try:
         with transaction.atomic():
             row, created = Suppression.objects.get_or_create(
-                address=normalise(address),
+                address=address,
                 scope=scope,
                 defaults={
                     "reason": reason,
@@ -163,7 +174,7 @@ def suppress(
                 },
             )
     except IntegrityError:  # a concurrent suppress of the same address and scope won
-        row, created = Suppression.objects.get(address=normalise(address), scope=scope), False
+        row, created = Suppression.objects.get(address=address, scope=scope), False
     if created:
         logger.info(
             "address suppressed scope=%s reason=%s source=%s batch=%s",
@@ -228,7 +239,8 @@ def record_event(event: Feedback) -> FeedbackEvent | None:
     """Record one feedback event and apply it; return None if it was recorded before.
 
     Raise UnmatchedFeedback if the event names no address and ties back to no recipient
-    (nothing to suppress): the caller reports it, never counts it as a duplicate.
+    (nothing to suppress), or UnsuppressibleAddress (one of them) if the list cannot hold
+    its address: the caller reports it, never counts it as a duplicate.
 
     Tied back to the recipient (and its batch) by the idempotency key ``<batch>:<key>``
     or by the provider's message id. Unsubscribes suppress the address in the batch's
@@ -244,12 +256,22 @@ def record_event(event: Feedback) -> FeedbackEvent | None:
             "record." % event.event_id
         )
     try:
+        address = list_address(address)
+    except UnsuppressibleAddress:
+        logger.warning(
+            "feedback event refused event=%s: its address is longer than %s characters once "
+            "lower-cased",
+            event.event_id,
+            MAX_ADDRESS_LENGTH,
+        )
+        raise
+    try:
         with transaction.atomic():
             row = FeedbackEvent.objects.create(
                 event_id=event.event_id,
                 kind=event.kind,
                 source=event.source,
-                address=normalise(address),
+                address=address,
                 batch_id=recipient.batch_id if recipient else None,
                 recipient=recipient,
                 detail=event.detail[:2000],

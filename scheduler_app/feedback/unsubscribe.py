@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Mapping
 from urllib.parse import quote
 
@@ -19,10 +20,20 @@ from django.core import signing
 from django.urls import get_script_prefix, get_urlconf, reverse
 
 from scheduler_app.conf import app_settings
-from scheduler_app.exceptions import BadUnsubscribeToken, UnknownUnsubscribeToken
-from scheduler_app.feedback.suppressions import unsubscribe_scope
+from scheduler_app.exceptions import (
+    BadUnsubscribeToken,
+    UnknownUnsubscribeToken,
+    UnsuppressibleAddress,
+)
+from scheduler_app.feedback.suppressions import (
+    MAX_ADDRESS_LENGTH,
+    list_address,
+    unsubscribe_scope,
+)
 from scheduler_app.models import Job, Recipient
 from scheduler_app.sends.rendering import Message
+
+logger = logging.getLogger("scheduler_app.feedback")
 
 SALT = "scheduler_app.unsubscribe"
 
@@ -39,7 +50,24 @@ class Subscriber:
 
 
 def subscriber(token: str) -> Subscriber:
-    """Return who ``token`` stands for; raise BadUnsubscribeToken or UnknownUnsubscribeToken."""
+    """Return who ``token`` stands for; raise BadUnsubscribeToken or UnknownUnsubscribeToken,
+    or UnsuppressibleAddress (one of the latter) if the list cannot hold its address."""
+    found = _subscriber(token)
+    try:
+        list_address(found.address)
+    except UnsuppressibleAddress:
+        logger.warning(
+            "unsubscribe refused recipient=%s job=%s: its address is longer than %s characters "
+            "once lower-cased",
+            found.recipient_id,
+            found.job_id,
+            MAX_ADDRESS_LENGTH,
+        )
+        raise
+    return found
+
+
+def _subscriber(token: str) -> Subscriber:
     try:
         value = signing.Signer(salt=SALT).unsign(token)
     except signing.BadSignature as exc:

@@ -16,6 +16,8 @@ from django.test import override_settings
 from scheduler_app import clock
 from scheduler_app.alerts import evaluate
 from scheduler_app.clock import frozen_clock
+from scheduler_app.exceptions import UnsuppressibleAddress
+from scheduler_app.feedback.suppressions import suppress
 from scheduler_app.models import Alert, FeedbackEvent, Recipient, SendBatch, Suppression
 from scheduler_app.sends.dry_run import dry_run
 from tests.sends.helpers import recipient, run_lane_now
@@ -570,3 +572,44 @@ def test_an_anymail_message_id_or_key_a_database_cannot_store_ties_back_to_nobod
     )
 
     assert not FeedbackEvent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_webhook_event_for_a_recipient_too_long_once_lower_cased_is_listed_unmatched(
+    client, customer, make_batch, caplog
+):
+    """Tied back by its key to an address whose lower-case form does not fit the list."""
+    customer(DOTTED_CAPITAL_I, "Ann")
+    batch = make_batch()
+    run_lane_now(batch)
+    key = recipient(batch, DOTTED_CAPITAL_I).idempotency_key
+
+    response = post_webhook(client, [{"id": "w1", "type": "complaint", "key": key}])
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "recorded": 0,
+        "duplicates": 0,
+        "unmatched": [
+            {
+                "id": "webhook:w1",
+                "message": "This address cannot be unsubscribed automatically: in lower case it "
+                "is too long to list.",
+            }
+        ],
+    }
+    assert not FeedbackEvent.objects.exists()
+    assert not Suppression.objects.exists()
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "feedback event refused event=webhook:w1: its address is longer than 320 characters "
+        "once lower-cased",
+        "feedback event unmatched event=webhook:w1",
+    ]
+
+
+@pytest.mark.django_db
+def test_suppressing_an_address_too_long_once_lower_cased_is_refused():
+    with pytest.raises(UnsuppressibleAddress):
+        suppress(DOTTED_CAPITAL_I, reason="complaint", source="admin")
+
+    assert not Suppression.objects.exists()

@@ -15,7 +15,7 @@ from scheduler_app.models import FeedbackEvent, Job, Recipient, Suppression
 from scheduler_app.sends.batches import send_message
 from tests.helpers import running_worker, wait_for_status
 from tests.sends.helpers import recipient, run_lane_now
-from tests.sends.test_feedback_events import post_webhook
+from tests.sends.test_feedback_events import DOTTED_CAPITAL_I, post_webhook
 from tests.settings import SCHEDULER_APP
 from tests.testapp.models import ProviderCall
 
@@ -255,6 +255,34 @@ def test_a_link_whose_recipient_is_no_longer_on_record_says_it_expired(
     assert response.status_code == 400
     assert b"This unsubscribe link has expired" in response.content
     assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db
+def test_an_address_too_long_once_lower_cased_gets_a_page_saying_it_cannot_be_unsubscribed(
+    client, customer, make_batch, caplog
+):
+    """Its lower-case form does not fit the list's column: a 400 that says so, not a 500."""
+    from django.core.cache import cache
+
+    cache.clear()  # the refusals count against the client's budget of bad links
+    customer(DOTTED_CAPITAL_I, "Ann")
+    batch = make_batch()
+    run_lane_now(batch)
+    row = recipient(batch, DOTTED_CAPITAL_I)
+
+    for method in (client.get, client.post):
+        response = method(unsubscribe_url(row.pk))
+        assert response.status_code == 400
+        assert (
+            b"This address cannot be unsubscribed automatically: in lower case it is too long "
+            b"to list." in response.content
+        )
+    assert not FeedbackEvent.objects.exists()
+    assert not Suppression.objects.exists()
+    assert [r.getMessage() for r in caplog.records if r.name == "scheduler_app.feedback"] == [
+        "unsubscribe refused recipient=%s job=None: its address is longer than 320 characters "
+        "once lower-cased" % row.pk
+    ] * 2
 
 
 @pytest.mark.django_db
