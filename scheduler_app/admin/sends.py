@@ -121,21 +121,6 @@ class ReasonForm(forms.Form):
         return form_checked(batches.check_pause_reason, self.cleaned_data["reason"])
 
 
-def delete_drafts(modeladmin: SendBatchAdmin, request: HttpRequest, queryset: QuerySet) -> Any:
-    """Django's delete_selected for draft batches; a selection holding any other batch is
-    refused as a whole, naming those."""
-    others = [batch for batch in queryset if batch.status != Status.DRAFT]
-    if others:
-        modeladmin.message_user(
-            request,
-            "Only draft batches can be deleted; nothing was deleted. Not drafts: %s."
-            % ", ".join("%s (%s)" % (batch, batch.get_status_display()) for batch in others),
-            messages.ERROR,
-        )
-        return None
-    return delete_selected(modeladmin, request, queryset)
-
-
 @admin.register(SendBatch)
 class SendBatchAdmin(SchedulerModelAdmin):
     form = SendBatchForm
@@ -149,6 +134,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
         "pause_action",
         "resume_action",
         "cancel_action",
+        "delete_selected",
     ]
     change_form_template = "admin/scheduler_app/sendbatch_change_form.html"
 
@@ -172,12 +158,20 @@ class SendBatchAdmin(SchedulerModelAdmin):
         deletable = obj is None or obj.status == Status.DRAFT
         return deletable and super().has_delete_permission(request, obj)
 
-    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
-        actions = super().get_actions(request)
-        if "delete_selected" in actions:
-            _, name, description = actions["delete_selected"]
-            actions[name] = (delete_drafts, name, description)
-        return actions
+    @admin.action(description="Delete selected %(verbose_name_plural)s", permissions=["delete"])
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet) -> Any:
+        """Django's delete_selected for draft batches; a selection holding any other batch
+        is refused as a whole, naming those."""
+        others = [batch for batch in queryset if batch.status != Status.DRAFT]
+        if others:
+            self.message_user(
+                request,
+                "Only draft batches can be deleted; nothing was deleted. Not drafts: %s."
+                % ", ".join("%s (%s)" % (batch, batch.get_status_display()) for batch in others),
+                messages.ERROR,
+            )
+            return None
+        return delete_selected(self, request, queryset)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
         # A draft scheduled since the confirmation page was shown is not deleted.
