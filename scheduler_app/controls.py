@@ -15,6 +15,7 @@ from django.db import transaction
 from scheduler_app import clock
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Control, ControlEvent
+from scheduler_app.registry import check_queue, get_task
 
 #: Seconds between a worker's looks at the switches.
 CONTROL_REFRESH = 1.0
@@ -70,10 +71,18 @@ def _switch(scope: str, target: str, *, paused: bool, by: Any, reason: str) -> b
     target = "" if scope == Control.Scope.GLOBAL else target
     if scope != Control.Scope.GLOBAL and not target:
         raise ValidationError("Pausing a %s needs its name." % scope)
+    if paused and scope == Control.Scope.QUEUE:
+        check_queue(target)
+    elif paused and scope == Control.Scope.TASK:
+        get_task(target)
+    # A resume finds the switch by name alone: a queue or task gone from the code since
+    # its pause can still be resumed.
+    switches = Control.objects.filter(scope=scope, target=target)
     now = clock.now()
     with transaction.atomic():
-        control, _ = Control.objects.get_or_create(scope=scope, target=target)
-        changed = Control.objects.filter(pk=control.pk, paused=not paused).update(
+        if paused:
+            Control.objects.get_or_create(scope=scope, target=target)
+        changed = switches.filter(paused=not paused).update(
             paused=paused, reason=reason, changed_by=as_user(by), changed_at=now
         )
         if changed:

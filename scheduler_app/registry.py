@@ -9,7 +9,12 @@ from typing import Any
 
 from scheduler_app.conf import app_settings
 from scheduler_app.cursors import Cursor, Cursors
-from scheduler_app.exceptions import UnknownTask, UnsupportedPayloadVersion, ValidationError
+from scheduler_app.exceptions import (
+    UnknownQueue,
+    UnknownTask,
+    UnsupportedPayloadVersion,
+    ValidationError,
+)
 from scheduler_app.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from scheduler_app.targets import NO_TARGETS, Targets, build_targets
 
@@ -144,6 +149,15 @@ def get_task(name: str) -> TaskSpec:
         return _registry[name]
     except KeyError:
         raise UnknownTask("No task is registered as %r." % name) from None
+
+
+def check_queue(name: str) -> None:
+    """Raise UnknownQueue unless ``name`` is one of SCHEDULER_APP['QUEUES']."""
+    if name not in app_settings.QUEUES:
+        raise UnknownQueue(
+            "Unknown queue %r; SCHEDULER_APP['QUEUES'] lists: %s."
+            % (name, ", ".join(app_settings.QUEUES))
+        )
 
 
 def all_tasks() -> dict[str, TaskSpec]:

@@ -32,11 +32,10 @@ from scheduler_app.db import database_now, has_lone_surrogate, in_lists, notify_
 from scheduler_app.exceptions import (
     InvalidPayload,
     InvalidSchedule,
-    UnknownQueue,
     ValidationError,
 )
 from scheduler_app.models import Job
-from scheduler_app.registry import TaskSpec, get_task
+from scheduler_app.registry import TaskSpec, check_queue, get_task
 
 SMALLINT_RANGE = range(-32768, 32768)
 #: Every run time is before this: far enough from datetime.max that no time
@@ -260,11 +259,7 @@ def _build_job(
     max_attempts: int | None,
 ) -> Job:
     queue = queue if queue is not None else spec.queue
-    if queue not in app_settings.QUEUES:
-        raise UnknownQueue(
-            "Unknown queue %r; SCHEDULER_APP['QUEUES'] lists: %s."
-            % (queue, ", ".join(app_settings.QUEUES))
-        )
+    check_queue(queue)
     priority = request.priority if request.priority is not None else spec.priority
     if (
         isinstance(priority, bool)

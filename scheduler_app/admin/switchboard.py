@@ -23,7 +23,9 @@ class SwitchForm(forms.Form):
     """One click on the switchboard."""
 
     scope = forms.ChoiceField(choices=[*Control.Scope.choices, ("batch", "a send batch")])
-    target = forms.CharField(required=False)
+    target = forms.CharField(
+        required=False, max_length=Control._meta.get_field("target").max_length
+    )
     action = forms.ChoiceField(choices=[("pause", "pause"), ("resume", "resume")])
     reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 1}))
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler_app import controls
+from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Control, ControlEvent, Job, SendBatch
 from tests.admin.conftest import changelist, client_for, get, messages_of
 
@@ -273,6 +275,53 @@ def test_switchboard_names_a_missing_batch_clearly(admin, target, action, messag
     assert events() == []
 
 
-def test_switch_messages_keep_the_case_of_the_name(admin):
-    response = switch(admin, "task", "tests.CamelCase", reason="x")
-    assert messages_of(response) == [("success", "Task tests.CamelCase: paused.")]
+def test_switch_messages_keep_the_case_of_the_name(admin, settings):
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "QUEUES": ["default", "Bulk-EU"]}
+    response = switch(admin, "queue", "Bulk-EU", reason="x")
+    assert messages_of(response) == [("success", "Queue Bulk-EU: paused.")]
+
+
+@pytest.mark.parametrize(
+    ("scope", "target", "message"),
+    [
+        (
+            "queue",
+            "nope",
+            "Unknown queue 'nope'; SCHEDULER_APP['QUEUES'] lists: default, emails, slow.",
+        ),
+        ("task", "tests.nope", "No task is registered as 'tests.nope'."),
+    ],
+)
+def test_pausing_a_queue_or_task_that_does_not_exist_is_refused(admin, scope, target, message):
+    """A crafted POST (or a typo in code) must not report a pause that covers nothing."""
+    response = switch(admin, scope, target, reason="Outage")
+    assert messages_of(response) == [("error", message)]
+    assert paused_rows() == []
+    assert events() == []
+    with pytest.raises(ValidationError, match="nope"):
+        controls.pause(scope, target, reason="Outage")
+    assert Control.objects.count() == 0
+
+
+@pytest.mark.parametrize("action", ["pause", "resume"])
+def test_a_name_longer_than_a_switch_can_store_is_a_form_error(admin, action):
+    response = switch(admin, "task", "t" * 201, action=action, reason="x")
+    assert messages_of(response) == [
+        ("error", "target: Ensure this value has at most 200 characters (it has 201).")
+    ]
+    assert Control.objects.count() == 0
+
+
+def test_a_pause_of_a_queue_removed_from_the_settings_can_still_be_resumed(admin, settings):
+    Control.objects.create(scope="queue", target="retired", paused=True, reason="old")
+    response = switch(admin, "queue", "retired", action="resume", reason="")
+    assert messages_of(response) == [("success", "Queue retired: resumed.")]
+    assert paused_rows() == []
+
+
+def test_resuming_a_name_never_paused_stores_no_switch(admin):
+    response = switch(admin, "queue", "anything", action="resume", reason="")
+    assert messages_of(response) == [
+        ("warning", "Queue anything was already resumed; nothing changed.")
+    ]
+    assert Control.objects.count() == 0
