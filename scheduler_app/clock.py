@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
+import zoneinfo
 from collections.abc import Iterator
 
 from django.utils import timezone
 
 _frozen_at: dt.datetime | None = None
+
+#: Files among the zones that ZoneInfo opens but that name no place: the host's own zone
+#: (what it means depends on the machine reading it) and tzdata's placeholder.
+NOT_PLACES = frozenset({"localtime", "Factory"})
 
 
 def now() -> dt.datetime:
@@ -59,3 +65,20 @@ def _require_aware(at: dt.datetime) -> dt.datetime:
     if timezone.is_naive(at):
         raise ValueError("frozen_clock() needs an aware datetime")
     return at.astimezone(dt.UTC)
+
+
+def time_zone(name: str) -> zoneinfo.ZoneInfo:
+    """Return the IANA time zone ``name``.
+
+    Raise ZoneInfoNotFoundError for any other name ZoneInfo would open too: the host's
+    ``localtime``, and tzdata's ``posix/`` and ``right/`` copies (the latter count leap
+    seconds, so their times are off by half a minute).
+    """
+    if name not in _iana_names():
+        raise zoneinfo.ZoneInfoNotFoundError("No time zone found with key %s" % name)
+    return zoneinfo.ZoneInfo(name)
+
+
+@functools.cache
+def _iana_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones()) - NOT_PLACES

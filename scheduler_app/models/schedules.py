@@ -36,8 +36,8 @@ def validate_cron(expression: str) -> None:
 def validate_timezone(name: str) -> None:
     """Raise ValidationError unless ``name`` is an IANA time zone."""
     try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        clock.time_zone(name)
+    except zoneinfo.ZoneInfoNotFoundError as exc:
         raise ValidationError(
             _("Unknown time zone %(name)r; use an IANA name such as Europe/London."),
             code="invalid_timezone",

@@ -13,6 +13,7 @@ import zoneinfo
 from collections.abc import Iterable
 from typing import Any
 
+from scheduler_app import clock
 from scheduler_app.exceptions import InvalidSchedule
 from scheduler_app.models import Job
 from scheduler_app.registry import TaskSpec
@@ -54,8 +55,8 @@ def local_run_time(
     if days_after < 0:
         raise InvalidSchedule("days_after must not be negative; got %s." % days_after)
     try:
-        tz = zoneinfo.ZoneInfo(timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        tz = clock.time_zone(timezone)
+    except zoneinfo.ZoneInfoNotFoundError as exc:
         raise InvalidSchedule("Unknown time zone %r." % timezone) from exc
     try:
         day = event_at.astimezone(tz).date() + dt.timedelta(days=days_after)

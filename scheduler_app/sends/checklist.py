@@ -19,6 +19,7 @@ import zoneinfo
 
 from django.db.models import Q
 
+from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import SendBatch
@@ -108,8 +109,8 @@ def run_checklist(batch: SendBatch) -> list[CheckItem]:
 
     zone_ok = True
     try:
-        zoneinfo.ZoneInfo(batch.timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        clock.time_zone(batch.timezone)
+    except zoneinfo.ZoneInfoNotFoundError:
         zone_ok = False
     items.append(
         CheckItem(

@@ -72,6 +72,16 @@ def test_a_valid_form_saves():
             "Unknown time zone 'Mars/Olympus'; use an IANA name such as Europe/London.",
         ),
         (
+            "timezone",
+            "localtime",
+            "Unknown time zone 'localtime'; use an IANA name such as Europe/London.",
+        ),
+        (
+            "timezone",
+            "right/Europe/London",
+            "Unknown time zone 'right/Europe/London'; use an IANA name such as Europe/London.",
+        ),
+        (
             "task_name",
             "shop.nope",
             "No task is registered as 'shop.nope'.",
