@@ -35,6 +35,7 @@ from rest_framework.views import APIView
 from scheduler_app import cancellation, clock
 from scheduler_app.api.authentication import TokenAuthentication
 from scheduler_app.api.errors import Conflict, error_body, exception_handler
+from scheduler_app.api.negotiation import JSONOnlyNegotiation
 from scheduler_app.api.parsers import JSONParser
 from scheduler_app.api.permissions import (
     RESUME_BATCHES,
@@ -102,7 +103,7 @@ class SchedulerViewSet(viewsets.GenericViewSet):
 
     Token (when ``rest_framework.authtoken`` is installed) and session
     authentication, authenticated users only, writes throttled per user,
-    JSON only, errors in the format of scheduler_app.api.errors, and
+    JSON only (JSONOnlyNegotiation), errors in the format of scheduler_app.api.errors, and
     drf-spectacular's schema inspector.
     """
 
@@ -110,6 +111,7 @@ class SchedulerViewSet(viewsets.GenericViewSet):
     permission_classes = [IsAuthenticated]
     throttle_classes = [WriteRateThrottle]
     renderer_classes = [JSONRenderer]
+    content_negotiation_class = JSONOnlyNegotiation
     parser_classes = [JSONParser]
     schema = AutoSchema()
 
@@ -721,6 +723,7 @@ class ApiRootView(APIView):
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
     renderer_classes = [JSONRenderer]
+    content_negotiation_class = JSONOnlyNegotiation
     schema = None  # not part of the OpenAPI document: it describes nothing a client calls
     #: Each key and its URL name (below the API's namespace).
     links = {

@@ -336,3 +336,18 @@ def test_reads_are_json_only_and_other_methods_are_405(api, ada, make_job):
     assert html.status_code == 406
     assert html.json()["error"]["code"] == "not_acceptable"
     assert Job.objects.get(pk=job.pk).status == "pending"
+
+
+@pytest.mark.parametrize("path", ["/api/", "/api/jobs/", "/api/batches/"])
+def test_a_format_the_api_does_not_speak_is_406_not_404(api, path):
+    """``?format=xml`` on a route that exists must not say the route does not exist."""
+    response = api.get(path + "?format=xml")
+    assert response.status_code == 406
+    assert response.json() == {
+        "error": {
+            "code": "not_acceptable",
+            "message": "Unsupported format 'xml'; this API answers in JSON only.",
+            "fields": {},
+        }
+    }
+    assert api.get(path + "?format=json").status_code == 200
