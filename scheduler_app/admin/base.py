@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.translation import gettext as _
 
@@ -51,6 +52,18 @@ class SchedulerModelAdmin(admin.ModelAdmin):
                 ),
             )
         return super().changelist_view(request, extra_context)
+
+    def log_changes(self, request: HttpRequest, pks: Iterable[Any], message: str) -> None:
+        """Write ``message`` into the history of each object of ``pks`` (those an action
+        changed), with the user and the time, as Django's change form does for an edit."""
+        changed = list(self.model._default_manager.filter(pk__in=list(pks)))
+        if changed:
+            LogEntry.objects.log_actions(
+                user_id=request.user.pk,
+                queryset=changed,
+                action_flag=CHANGE,
+                change_message=message,
+            )
 
     def _unfiltered(self, request: HttpRequest, why: str) -> HttpResponse:
         self.message_user(request, why, messages.ERROR)

@@ -229,12 +229,17 @@ class JobAdmin(SchedulerModelAdmin):
     @admin.action(description="Cancel selected jobs", permissions=["change"])
     def cancel_jobs(self, request: HttpRequest, queryset: QuerySet) -> None:
         counts: collections.Counter[CancelOutcome] = collections.Counter()
-        lanes = []
+        lanes, cancelled = [], []
         for pk in queryset.values_list("pk", flat=True):
             try:
-                counts[cancel(pk, by=request.user)] += 1
+                outcome = cancel(pk, by=request.user)
             except SendLaneNotCancellable as exc:
                 lanes.append(exc.params)
+                continue
+            counts[outcome] += 1
+            if outcome.changed:
+                cancelled.append(pk)
+        self.log_changes(request, cancelled, "Cancelled.")
         report_counts(request, self, counts, CANCEL_LABELS)
         for lane in lanes:
             self.message_user(
@@ -256,7 +261,14 @@ class JobAdmin(SchedulerModelAdmin):
 
     @admin.action(description="Run selected pending jobs now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
-        moved, held = run_pending_now(queryset.filter(status=Job.Status.PENDING), now=clock.now())
+        selected = list(queryset.filter(status=Job.Status.PENDING).values_list("pk", flat=True))
+        with transaction.atomic():
+            # Locked, so that each job the history names is one that was moved: a worker
+            # cannot claim it in between.
+            pending = Job.objects.filter(pk__in=selected, status=Job.Status.PENDING)
+            moved_pks = list(pending.select_for_update().values_list("pk", flat=True))
+            moved, held = run_pending_now(pending, now=clock.now())
+        self.log_changes(request, moved_pks, "Run now.")
         counts = {"moved": moved, "held": held, "skipped": queryset.count() - moved - held}
         report_counts(
             request,
@@ -288,6 +300,7 @@ class JobAdmin(SchedulerModelAdmin):
     )
     def retry_failed(self, request: HttpRequest, queryset: QuerySet) -> None:
         counts: collections.Counter[str] = collections.Counter()
+        retried_pks = []
         for pk in queryset.values_list("pk", flat=True):
             try:
                 with transaction.atomic():
@@ -301,6 +314,9 @@ class JobAdmin(SchedulerModelAdmin):
                 counts["key_taken"] += 1
                 continue
             counts["retried" if retried else "skipped"] += 1
+            if retried:
+                retried_pks.append(pk)
+        self.log_changes(request, retried_pks, "Retried: one more attempt.")
         report_counts(
             request,
             self,

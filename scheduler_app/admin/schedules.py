@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
@@ -290,10 +291,16 @@ class ScheduleAdmin(SchedulerModelAdmin):
         )
 
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet, enabled: bool) -> None:
-        changed = queryset.filter(enabled=not enabled).update(
-            enabled=enabled, updated_at=clock.now()
-        )
         word = "enabled" if enabled else "disabled"
+        with transaction.atomic():
+            switched = Schedule.objects.filter(
+                pk__in=queryset.filter(enabled=not enabled).values("pk")
+            )
+            pks = list(switched.select_for_update().values_list("pk", flat=True))
+            changed = Schedule.objects.filter(pk__in=pks).update(
+                enabled=enabled, updated_at=clock.now()
+            )
+        self.log_changes(request, pks, "%s." % word.capitalize())
         report_counts(
             request,
             self,

@@ -428,6 +428,9 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 )
                 continue
             sent = sum(m.status == Recipient.Status.SENT for m in markers)
+            self.log_change(
+                request, batch, "Seed send: %s of %s seed addresses." % (sent, len(markers))
+            )
             self.message_user(
                 request,
                 "%s: seed send went to %s of %s seed addresses." % (batch.name, sent, len(markers)),
@@ -459,6 +462,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
                     request, "%s was not scheduled: %s" % (batch.name, exc), messages.ERROR
                 )
             else:
+                self.log_change(request, batch, "Scheduled.")
                 self.message_user(
                     request,
                     "%s scheduled; sending starts at %s."
@@ -477,7 +481,9 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 )
             return self._confirm(request, queryset, "pause_action", "Pause", form=form)
         for batch in queryset:
-            if batches.pause_batch(batch.pk, by=request.user, reason=form.cleaned_data["reason"]):
+            reason = form.cleaned_data["reason"]
+            if batches.pause_batch(batch.pk, by=request.user, reason=reason):
+                self.log_change(request, batch, "Paused: %s" % reason)
                 self.message_user(request, "%s paused." % batch.name, messages.SUCCESS)
             else:
                 self.message_user(
@@ -497,6 +503,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
                     request, "%s was not resumed: %s" % (batch.name, exc), messages.ERROR
                 )
             else:
+                self.log_change(request, batch, "Resumed.")
                 self.message_user(request, "%s resumed." % batch.name, messages.SUCCESS)
 
     @admin.action(description="Cancel", permissions=["change"])
@@ -505,6 +512,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
             return self._confirm(request, queryset, "cancel_action", "Cancel")
         for batch in queryset:
             if batches.cancel_batch(batch.pk, by=request.user, reason="Cancelled in the admin."):
+                self.log_change(request, batch, "Cancelled; %s already sent." % batch.sent)
                 self.message_user(
                     request,
                     "%s cancelled; %s were already sent." % (batch.name, batch.sent),
