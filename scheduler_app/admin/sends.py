@@ -381,6 +381,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
             raise PermissionDenied
         outcome = batches.undo_batch(batch.pk, by=request.user)
         if outcome.cancelled:
+            self.log_change(request, batch, "Undone.")
             self.message_user(
                 request, "Undone: %s will not be sent." % batch.name, messages.SUCCESS
             )

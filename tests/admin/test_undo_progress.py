@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.contrib.admin.models import LogEntry
 
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import ControlEvent, Job, Recipient, SendBatch
@@ -78,6 +79,11 @@ def test_undo_inside_the_window_cancels_the_batch_and_its_lanes(
     )
     assert lane_statuses(batch) == ["cancelled", "cancelled"]
     assert ControlEvent.objects.filter(action="undo", target=str(batch.pk)).count() == 1
+    assert list(
+        LogEntry.objects.filter(object_id=str(batch.pk)).values_list(
+            "user__username", "change_message"
+        )
+    ) == [("root", "Undone.")]
     # The page no longer offers an undo (the box stays for the live script, hidden).
     page = admin.get(change("sendbatch", batch.pk))
     assert page.context["batch_actions"] == []
