@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import OperationalError
 
 from scheduler_app.conf import app_settings
+from scheduler_app.management.database import check_migrated
 from scheduler_app.worker.loop import Worker, WorkerFatal, WorkerOptions, default_worker_id
 from scheduler_app.worker.shutdown import graceful_signals
 
@@ -163,6 +166,8 @@ class Command(BaseCommand):
         )
         if options["metrics_port"] is not None:
             self._serve_metrics(worker_options.worker_id, options)
+        with contextlib.suppress(OperationalError):  # not up yet: the worker waits for it
+            check_migrated()
         worker = self.build_worker(worker_options, options["executor"])
         with graceful_signals(worker.stop):
             try:

@@ -9,8 +9,12 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
+from scheduler_app.management.database import database_ready
 from scheduler_app.models import PruneRun
 from scheduler_app.retention import SETTINGS, cutoffs_for, prune
+
+#: The most rows a breaker can name: PruneRun.max_rows is a bigint column.
+MAX_ROWS = 2**63 - 1
 
 
 def positive_int(value: str) -> int:
@@ -20,6 +24,8 @@ def positive_int(value: str) -> int:
         raise argparse.ArgumentTypeError("%r is not an integer" % value) from None
     if number < 1:
         raise argparse.ArgumentTypeError("must be at least 1, got %s" % number)
+    if number > MAX_ROWS:
+        raise argparse.ArgumentTypeError("must be at most %s, got %s" % (MAX_ROWS, number))
     return number
 
 
@@ -42,6 +48,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        database_ready()
         now = clock.now()
         run = prune(now, dry_run=options["dry_run"], max_rows=options["max_rows"])
         cutoffs = cutoffs_for(now)

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
+from scheduler_app.management.database import database_ready
 from scheduler_app.schedules.declared import prune_declared_schedules, sync_declared_schedules
 
 
@@ -27,6 +28,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, prune: bool, **options: Any) -> None:
+        database_ready()
         try:
             stored = sync_declared_schedules()
         except ValidationError as exc:
