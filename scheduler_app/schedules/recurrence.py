@@ -3,8 +3,8 @@
 Cron is evaluated by cronsim, which follows Debian cron across DST changes:
 in the hour that repeats (clocks go back) a fixed-time job runs once, while
 "every N minutes" keeps going in real time; a time that does not exist
-(clocks go forward) runs at the first minute after the change. Nothing is
-doubled and nothing is lost.
+(clocks go forward) runs at the first minute after the change. A daily job is
+neither doubled nor lost; no occurrence is ever before the moment asked about.
 """
 
 from __future__ import annotations
@@ -45,7 +45,11 @@ def check_cron(expression: str) -> None:
 def cron_after(expression: str, tz: zoneinfo.ZoneInfo, after: dt.datetime) -> Iterator[dt.datetime]:
     """Yield the cron's occurrences strictly after ``after``, as aware UTC datetimes."""
     for local in CronSim(expression, after.astimezone(tz)):
-        yield local.astimezone(dt.UTC)
+        at = local.astimezone(dt.UTC)
+        # cronsim finds a fixed-time expression's next run on the wall clock: from a moment
+        # in the second pass of an hour that repeats, that is the first pass's, now past.
+        if at > after:
+            yield at
 
 
 def fixed_rate_after(

@@ -15,12 +15,13 @@ the expected ones and with next_run_times().
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 
 import pytest
 
 from scheduler_app.clock import frozen_clock
 from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
-from scheduler_app.schedules.recurrence import next_run_times
+from scheduler_app.schedules.recurrence import cron_after, next_run_times
 from tests.schedules.steps import (
     Outcome,
     enqueued_times,
@@ -127,3 +128,31 @@ def test_cron_across_dst_change_neither_doubles_nor_loses_an_occurrence(case):
         # One enqueued record per job, and (no jitter) each job runs at its occurrence.
         assert outcome_times(schedule, Outcome.ENQUEUED) == enqueued_times(schedule)
         assert [job.run_at for job in jobs_of(schedule)] == enqueued_times(schedule)
+
+
+@pytest.mark.parametrize(
+    ("zone", "cron", "after", "first"),
+    [
+        # 01:10 GMT is in the second pass of 01:xx; 01:30 BST (00:30 UTC) has passed.
+        ("Europe/London", "30 1 * * *", utc(2026, 10, 25, 1, 10), utc(2026, 10, 26, 1, 30)),
+        # Lord Howe goes back half an hour at 02:00 (+11) -> 01:30 (+10:30).
+        ("Australia/Lord_Howe", "45 1 * * *", utc(2026, 4, 4, 15, 5), utc(2026, 4, 5, 15, 15)),
+    ],
+)
+def test_cron_after_a_moment_in_the_repeated_hour_never_yields_the_past(zone, cron, after, first):
+    """cronsim starts a fixed-time expression from the wall clock, so inside the hour that
+    repeats it offered the first pass's run, which is before ``after``."""
+    times = cron_after(cron, zoneinfo.ZoneInfo(zone), after)
+    assert next(times) == first
+
+
+@pytest.mark.django_db
+def test_a_schedule_created_in_the_repeated_hour_does_not_run_what_passed_before_it():
+    created = utc(2026, 10, 25, 1, 10)  # 01:10 GMT, after 01:30 BST
+    with frozen_clock(created) as clock:
+        schedule = make_schedule("made-at-01-10", cron="30 1 * * *", timezone="Europe/London")
+        for _ in range(12):
+            enqueue_due_occurrences()
+            clock.advance(STEP)
+        assert enqueued_times(schedule) == []
+        assert [run.utc for run in next_run_times(schedule, 1)] == [utc(2026, 10, 26, 1, 30)]
