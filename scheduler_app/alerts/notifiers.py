@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import urllib.error
 import urllib.request
 from typing import Any, Protocol
 
@@ -69,6 +70,18 @@ class MailAdmins:
         return bool(settings.ADMINS)
 
 
+class RedirectRefused(Exception):
+    """A webhook answered with a redirect, which Webhook does not follow."""
+
+
+class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the 3xx is then raised as an HTTPError
+
+
+_NO_REDIRECTS = urllib.request.build_opener(_RefuseRedirects)
+
+
 class Webhook:
     """POST the alert as JSON (see ``alert_document``) to ``url``."""
 
@@ -86,8 +99,17 @@ class Webhook:
             headers={"Content-Type": "application/json", **self.headers},
             method="POST",
         )
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            response.read()
+        try:
+            with _NO_REDIRECTS.open(request, timeout=self.timeout) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                raise RedirectRefused(
+                    "the webhook answered %s, a redirect to %s: alerts are not sent through "
+                    "redirects (a 301-303 would turn the POST into a GET without the alert); "
+                    "set the url it points to" % (exc.code, exc.headers.get("Location"))
+                ) from exc
+            raise
 
     def would_deliver(self) -> bool:
         return True

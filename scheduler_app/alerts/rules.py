@@ -31,6 +31,7 @@ from scheduler_app.models import (
 from scheduler_app.registry import all_tasks
 from scheduler_app.schedules.recurrence import occurrences_after
 from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
+from scheduler_app.sends.stale import STALE_MESSAGES, stale_messages_summary
 from scheduler_app.sends.states import STALE_PREFIX
 from scheduler_app.targets import CADENCE_SLACK, NO_TARGETS, Targets
 
@@ -409,8 +410,9 @@ def no_worker(situation: Situation) -> list[Finding]:
 
 
 def stale_send(situation: Situation) -> list[Finding]:
-    """Batches the stale-send guard paused (until resumed or cancelled), and single messages it
-    refused in the last STALE_MESSAGE_WINDOW (until retried)."""
+    """Batches the stale-send guard paused (until resumed or cancelled), and the single
+    messages it refused in the last STALE_MESSAGE_WINDOW (one alert for all of them, until
+    each is retried)."""
     paused = SendBatch.objects.filter(
         status=SendBatch.Status.PAUSED, status_reason__startswith=STALE_PREFIX
     )
@@ -437,18 +439,23 @@ def _stale_messages(situation: Situation) -> list[Finding]:
         finished_at__gte=situation.now - STALE_MESSAGE_WINDOW,
         last_error__startswith="StaleSend: %s" % STALE_PREFIX,
     )
+    latest = refused.order_by("-finished_at", "-pk").values_list("pk", "last_error").first()
+    if latest is None:
+        return []
+    count = refused.count()
+    job_id, error = latest
     return [
         Finding(
             kind=Kind.STALE_SEND,
-            subject="job:%s" % job_id,
-            summary="Message job %s was not sent: %s" % (job_id, error.splitlines()[0]),
+            subject=STALE_MESSAGES,
+            summary=stale_messages_summary(count, job_id, error.removeprefix("StaleSend: ")),
             numbers={
-                "scheduled_for": scheduled_for.isoformat(),
+                "messages": count,
+                "latest_job": job_id,
                 "stale_send_after_seconds": app_settings.STALE_SEND_AFTER,
             },
             admin_url=admin_link("scheduler_app_job_change", job_id),
         )
-        for job_id, scheduled_for, error in refused.values_list("pk", "scheduled_for", "last_error")
     ]
 
 

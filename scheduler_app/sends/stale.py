@@ -75,8 +75,26 @@ def message_late_by(job: JobContext) -> dt.timedelta | None:
     return late if late > stale_after() else None
 
 
+#: The subject of the one stale_send alert every refused single message shares: an outage
+#: longer than STALE_SEND_AFTER can refuse thousands of queued messages.
+STALE_MESSAGES = "messages"
+
+
+def stale_messages_summary(count: int, latest_job_id: int, error: str) -> str:
+    """Say how many single messages were refused as stale, and why the latest was."""
+    return "%s single message%s not sent: too late. The latest, job %s: %s" % (
+        count,
+        "s were" if count != 1 else " was",
+        latest_job_id,
+        error.splitlines()[0],
+    )
+
+
 def refuse_stale_message(job: JobContext, late: dt.timedelta) -> StaleSend:
-    """Open the message's stale_send alert; return the error its job fails with."""
+    """Open (or refresh) the stale messages' alert; return the error the job fails with.
+
+    The count is the evaluator's to keep (rules.stale_send): this job is not failed yet.
+    """
     error = StaleSend(
         "%s the message would start %s after its scheduled time (STALE_SEND_AFTER is %ss); "
         "retry the job to send it anyway."
@@ -88,9 +106,10 @@ def refuse_stale_message(job: JobContext, late: dt.timedelta) -> StaleSend:
     )
     open_alert(
         kind=Alert.Kind.STALE_SEND,
-        subject="job:%s" % job.job_id,
-        summary="Message job %s was not sent: %s" % (job.job_id, error),
+        subject=STALE_MESSAGES,
+        summary=stale_messages_summary(1, job.job_id, str(error)),
         numbers={
+            "latest_job": job.job_id,
             "late_seconds": round(late.total_seconds(), 3),
             "stale_send_after_seconds": app_settings.STALE_SEND_AFTER,
         },

@@ -130,6 +130,57 @@ def test_the_webhook_receives_the_alert_as_json_when_it_opens_and_resolves(
     assert bodies[1]["resolved_at"] == T0.isoformat()
 
 
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+@pytest.mark.django_db
+def test_a_webhook_that_redirects_is_a_failed_delivery_not_an_empty_get(
+    status, django_capture_on_commit_callbacks, caplog
+):
+    """urllib followed a 301/302/303 with a GET without the body: the target answered 200,
+    and the alert counted as delivered while nobody received it (an http:// URL that
+    redirects to https:// is the usual case)."""
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen.append(("POST", self.path))
+            self.send_response(status)
+            self.send_header("Location", "/target")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_GET(self):
+            seen.append(("GET", self.path))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = "http://127.0.0.1:%s/hook" % server.server_port
+    try:
+        with (
+            alert_settings(
+                ALERT_NOTIFIERS=[{"class": "scheduler_app.alerts.notifiers.Webhook", "url": url}]
+            ),
+            frozen_clock(T0),
+            caplog.at_level("ERROR", logger="scheduler_app.alerts"),
+        ):
+            due_job_without_worker()
+            with django_capture_on_commit_callbacks(execute=True):
+                evaluate()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert seen == [("POST", "/hook")]
+    assert "alert notifier failed notifier=Webhook" in caplog.text
+    assert "the webhook answered %s, a redirect to /target" % status in caplog.text
+
+
 @pytest.mark.django_db
 def test_an_open_alert_is_renotified_after_the_delay_until_someone_acknowledges_it(
     django_capture_on_commit_callbacks,

@@ -8,7 +8,8 @@ import pytest
 
 from scheduler_app.clock import frozen_clock
 from scheduler_app.exceptions import StaleSend
-from scheduler_app.models import Alert, SendBatch
+from scheduler_app.alerts.evaluator import evaluate
+from scheduler_app.models import Alert, Job, SendBatch
 from scheduler_app.registry import JobContext, get_task
 from scheduler_app.sends.batches import resume_batch
 from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
@@ -100,9 +101,9 @@ def test_a_local_time_delivery_is_judged_per_recipient(customer, make_batch):
     assert recipient(batch, "nyc@example.com").status == "sent"
 
 
-def message_context(*, attempt: int, scheduled_for: dt.datetime) -> JobContext:
+def message_context(*, attempt: int, scheduled_for: dt.datetime, job_id: int = 41) -> JobContext:
     return JobContext(
-        job_id=41,
+        job_id=job_id,
         task_name=SEND_MESSAGE_TASK,
         payload={
             "to": "ann@example.com",
@@ -113,7 +114,7 @@ def message_context(*, attempt: int, scheduled_for: dt.datetime) -> JobContext:
         payload_version=1,
         attempt=attempt,
         scheduled_for=scheduled_for,
-        idempotency_key="41",
+        idempotency_key=str(job_id),
     )
 
 
@@ -125,9 +126,42 @@ def test_a_single_message_too_late_fails_as_stale_with_an_alert_and_a_retry_send
         assert str(refused.value).startswith(
             "stale: the message would start 2:00:00 after its scheduled time"
         )
-        assert set(stale_alerts()) == {"job:41"}
+        assert set(stale_alerts()) == {"messages"}
         assert ProviderCall.objects.count() == 0
 
         send(message_context(attempt=2, scheduled_for=T0 - 2 * HOUR))
         send(message_context(attempt=1, scheduled_for=T0 - HOUR + dt.timedelta(seconds=1)))
     assert ProviderCall.objects.count() == 2
+
+
+def test_an_outage_that_leaves_many_messages_stale_opens_one_alert_not_one_per_message(
+    django_capture_on_commit_callbacks, mailoutbox
+):
+    """Each refused message opened an alert of its own, mailed at once and again every hour:
+    after an outage, one mail per queued message."""
+    send = get_task(SEND_MESSAGE_TASK)
+    with frozen_clock(T0):
+        for job_id in range(41, 46):
+            with django_capture_on_commit_callbacks(execute=True), pytest.raises(StaleSend):
+                send(message_context(attempt=1, scheduled_for=T0 - 2 * HOUR, job_id=job_id))
+            Job.objects.create(
+                pk=job_id,
+                task_name=SEND_MESSAGE_TASK,
+                status=Job.Status.FAILED,
+                scheduled_for=T0 - 2 * HOUR,
+                run_at=T0 - 2 * HOUR,
+                finished_at=T0,
+                last_error="StaleSend: stale: the message would start 2:00:00 late",
+            )
+        with django_capture_on_commit_callbacks(execute=True):
+            evaluate()
+
+    [alert] = stale_alerts().values()
+    assert alert.subject == "messages"
+    assert alert.numbers["messages"] == 5
+    assert alert.summary.startswith(
+        "5 single messages were not sent: too late. The latest, job 45: "
+    )
+    assert [m.subject for m in mailoutbox if "stale_send" in m.subject] == [
+        "[Django] [opened] stale_send: messages"
+    ]
