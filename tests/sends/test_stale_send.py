@@ -6,9 +6,9 @@ import datetime as dt
 
 import pytest
 
+from scheduler_app.alerts.evaluator import evaluate
 from scheduler_app.clock import frozen_clock
 from scheduler_app.exceptions import StaleSend
-from scheduler_app.alerts.evaluator import evaluate
 from scheduler_app.models import Alert, Job, SendBatch
 from scheduler_app.registry import JobContext, get_task
 from scheduler_app.sends.batches import resume_batch
