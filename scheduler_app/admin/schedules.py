@@ -248,6 +248,8 @@ class ScheduleAdmin(SchedulerModelAdmin):
         timing = {"kind", "cron", "timezone", "interval", "start_at"}
         if change and timing & set(form.changed_data):
             obj.next_run_at = None  # follow the new rule from now on
+        if change and "enabled" in form.changed_data and obj.enabled:
+            obj.next_run_at = None  # from now on: what it missed while disabled is not replayed
         obj.updated_at = clock.now()
         super().save_model(request, obj, form, change)
 
@@ -298,7 +300,10 @@ class ScheduleAdmin(SchedulerModelAdmin):
             )
             pks = list(switched.select_for_update().values_list("pk", flat=True))
             changed = Schedule.objects.filter(pk__in=pks).update(
-                enabled=enabled, updated_at=clock.now()
+                enabled=enabled,
+                updated_at=clock.now(),
+                # Enabled again: from now on, not replaying what it missed while disabled.
+                **({"next_run_at": None} if enabled else {}),
             )
         self.log_changes(request, pks, "%s." % word.capitalize())
         report_counts(

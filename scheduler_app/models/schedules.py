@@ -17,6 +17,9 @@ from scheduler_app.models.jobs import Job
 #: The longest interval, grace, jitter or alert target a schedule takes (ten years): the
 #: scheduler and the alert rules add them to times and to each other.
 LONGEST_DURATION = dt.timedelta(days=3652)
+#: The shortest interval of a fixed-rate or fixed-delay schedule: the scheduler looks every
+#: SCHEDULER_INTERVAL (1 s), and a shorter one records occurrences it can never run.
+SHORTEST_INTERVAL = dt.timedelta(seconds=1)
 
 
 def validate_cron(expression: str) -> None:
@@ -174,16 +177,23 @@ class Schedule(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from scheduler_app.exceptions import UnknownTask
-        from scheduler_app.registry import get_task
+        from scheduler_app.exceptions import UnknownQueue, UnknownTask
+        from scheduler_app.registry import check_queue, get_task
 
         errors: dict[str, str] = {}
         if self.kind == self.Kind.CRON and not self.cron:
             errors["cron"] = _("A cron schedule needs a cron expression.")
-        if self.kind != self.Kind.CRON and not (self.interval and self.interval > dt.timedelta(0)):
+        if self.kind != self.Kind.CRON and not (
+            self.interval and self.interval >= SHORTEST_INTERVAL
+        ):
             errors["interval"] = _(
-                "A fixed rate or fixed delay schedule needs a positive interval."
+                "A fixed rate or fixed delay schedule needs an interval of at least 1 second."
             )
+        if self.queue:
+            try:
+                check_queue(self.queue)
+            except UnknownQueue as exc:
+                errors["queue"] = exc.message
         task_count_key = ""
         try:
             task_count_key = get_task(self.task_name).targets.count_key

@@ -94,6 +94,32 @@ def test_change_form_refuses_an_unknown_task(admin, make_schedule):
     assert Schedule.objects.get(pk=schedule.pk).task_name == "tests.noop"
 
 
+@pytest.mark.parametrize("how", ["action", "form"])
+def test_enabling_a_schedule_again_does_not_replay_what_it_missed_while_disabled(
+    admin, make_schedule, how
+):
+    """Disabled is an operator's decision: its cursor stayed where it stopped, so enabling
+    it a month later caught up (run_once: one run hours late; run_all: every occurrence)."""
+    from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
+
+    schedule = make_schedule(
+        cron="*/5 * * * *", timezone="UTC", misfire_policy="run_all", overlap_policy="allow"
+    )
+    Schedule.objects.filter(pk=schedule.pk).update(enabled=False, next_run_at=T0)
+    with frozen_clock(T0 + dt.timedelta(days=30, seconds=1)):
+        if how == "action":
+            post_action(admin, "schedule", "enable", [schedule])
+        else:
+            data = form_data(admin.get(change("schedule", schedule.pk)))
+            data["enabled"] = "on"
+            response = admin.post(change("schedule", schedule.pk), data)
+            assert response.status_code == 302, response.context["adminform"].form.errors
+        assert Schedule.objects.get(pk=schedule.pk).enabled
+        enqueue_due_occurrences()
+    assert Job.objects.filter(task_name=schedule.task_name).count() == 0
+    assert ScheduleOccurrence.objects.filter(schedule=schedule).count() == 0
+
+
 def test_a_valid_change_to_the_rule_saves_and_restarts_the_cursor(admin, make_schedule):
     schedule = make_schedule(next_run_at=T0)
     data = form_data(admin.get(change("schedule", schedule.pk)))

@@ -86,6 +86,12 @@ def test_a_valid_form_saves():
             "shop.nope",
             "No task is registered as 'shop.nope'.",
         ),
+        (
+            # A queue no worker serves: every occurrence failed, the schedule stayed on.
+            "queue",
+            "nope",
+            "Unknown queue 'nope'; SCHEDULER_APP['QUEUES'] lists: default, emails, slow.",
+        ),
     ],
 )
 def test_form_rejects_bad_value_on_its_field_with_a_clear_message(field, value, message):
@@ -100,7 +106,7 @@ def test_form_rejects_a_kind_without_its_definition():
     form = ScheduleForm(data={**VALID, "kind": "fixed_rate", "interval": ""})
     assert not form.is_valid()
     assert form.errors == {
-        "interval": ["A fixed rate or fixed delay schedule needs a positive interval."]
+        "interval": ["A fixed rate or fixed delay schedule needs an interval of at least 1 second."]
     }
     form = ScheduleForm(data={**VALID, "cron": ""})
     assert not form.is_valid()
@@ -139,7 +145,18 @@ def prefix(name):
         ({"task": TASK, "cron": "0 3 * * *", "timzone": "UTC"}, "unknown key(s) timzone."),
         (
             {"task": TASK, "fixed_delay": 0},
-            "interval: A fixed rate or fixed delay schedule needs a positive interval.",
+            "interval: A fixed rate or fixed delay schedule needs an interval of at least 1 "
+            "second.",
+        ),
+        (
+            # Every millisecond wrote ~800 skipped occurrences a second, for ever.
+            {"task": TASK, "fixed_rate": 0.001},
+            "interval: A fixed rate or fixed delay schedule needs an interval of at least 1 "
+            "second.",
+        ),
+        (
+            {"task": TASK, "cron": "0 3 * * *", "queue": "nope"},
+            "queue: Unknown queue 'nope'; SCHEDULER_APP['QUEUES'] lists: default, emails, slow.",
         ),
         ({"task": TASK, "fixed_rate": "5m"}, "fixed_rate must be a number of seconds"),
         (
