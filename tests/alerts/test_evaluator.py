@@ -3,6 +3,7 @@ acknowledgement, and no duplicates when two evaluators run at once."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import http.server
 import json
@@ -34,6 +35,24 @@ def alert_settings(**values):
 def alert_mails() -> list:
     """Return the mails the MailAdmins notifier sent (Django also mails ADMINS logged errors)."""
     return [m for m in mail.outbox if m.subject.startswith("[Django] [")]
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def webhook_target(handler: type[http.server.BaseHTTPRequestHandler]):
+    """Serve ``handler`` on a free local port; yield the ALERT_NOTIFIERS entry for /hook."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:%s/hook" % server.server_port
+    try:
+        yield {"class": "scheduler_app.alerts.notifiers.Webhook", "url": url}
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def due_job_without_worker() -> Job:
@@ -90,36 +109,23 @@ def test_the_webhook_receives_the_alert_as_json_when_it_opens_and_resolves(
 ):
     bodies = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self):
             bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
             self.send_response(204)
             self.end_headers()
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = "http://127.0.0.1:%s/hook" % server.server_port
-    try:
-        with (
-            alert_settings(
-                ALERT_NOTIFIERS=[{"class": "scheduler_app.alerts.notifiers.Webhook", "url": url}],
-                ADMIN_BASE_URL="https://ops.example.com",
-            ),
-            frozen_clock(T0),
-        ):
-            job = due_job_without_worker()
-            with django_capture_on_commit_callbacks(execute=True):
-                evaluate()
-            Job.objects.filter(pk=job.pk).update(status=Job.Status.CANCELLED)
-            with django_capture_on_commit_callbacks(execute=True):
-                evaluate()
-    finally:
-        server.shutdown()
-        server.server_close()
+    with (
+        webhook_target(Handler) as webhook,
+        alert_settings(ALERT_NOTIFIERS=[webhook], ADMIN_BASE_URL="https://ops.example.com"),
+        frozen_clock(T0),
+    ):
+        job = due_job_without_worker()
+        with django_capture_on_commit_callbacks(execute=True):
+            evaluate()
+        Job.objects.filter(pk=job.pk).update(status=Job.Status.CANCELLED)
+        with django_capture_on_commit_callbacks(execute=True):
+            evaluate()
 
     assert [(b["event"], b["kind"], b["subject"]) for b in bodies] == [
         ("opened", "no_worker", "queue:default"),
@@ -140,7 +146,7 @@ def test_a_webhook_that_redirects_is_a_failed_delivery_not_an_empty_get(
     redirects to https:// is the usual case)."""
     seen = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self):
             seen.append(("POST", self.path))
             self.send_response(status)
@@ -154,27 +160,15 @@ def test_a_webhook_that_redirects_is_a_failed_delivery_not_an_empty_get(
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, *args):
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = "http://127.0.0.1:%s/hook" % server.server_port
-    try:
-        with (
-            alert_settings(
-                ALERT_NOTIFIERS=[{"class": "scheduler_app.alerts.notifiers.Webhook", "url": url}]
-            ),
-            frozen_clock(T0),
-            caplog.at_level("ERROR", logger="scheduler_app.alerts"),
-        ):
-            due_job_without_worker()
-            with django_capture_on_commit_callbacks(execute=True):
-                evaluate()
-    finally:
-        server.shutdown()
-        server.server_close()
+    with (
+        webhook_target(Handler) as webhook,
+        alert_settings(ALERT_NOTIFIERS=[webhook]),
+        frozen_clock(T0),
+        caplog.at_level("ERROR", logger="scheduler_app.alerts"),
+    ):
+        due_job_without_worker()
+        with django_capture_on_commit_callbacks(execute=True):
+            evaluate()
 
     assert seen == [("POST", "/hook")]
     assert "alert notifier failed notifier=Webhook" in caplog.text
