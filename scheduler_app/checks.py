@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
+from scheduler_app.bounds import SETTING_BOUNDS, out_of_bounds
 from scheduler_app.conf import DEFAULTS, app_settings, message_id_domain
 from scheduler_app.registry import all_tasks
 
@@ -493,6 +494,28 @@ def _number(value: Any) -> bool:
     infinite lease or interval never expires.
     """
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+@register(Tags.compatibility)
+def check_numeric_bounds(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E007: every numeric setting within its bound (scheduler_app.bounds.SETTING_BOUNDS).
+
+    Finite is not enough: a 1e300 s lease passes ``_number()`` and kills the lease
+    thread. The other checks judge a value's type and sign; this one its size.
+    """
+    errors = []
+    for name in SETTING_BOUNDS:
+        value = getattr(app_settings, name)
+        bound = out_of_bounds(name, value)
+        if bound is not None:
+            errors.append(
+                Error(
+                    "SCHEDULER_APP[%r] must be %s, not %r." % (name, bound.describe(), value),
+                    hint=bound.why,
+                    id="scheduler_app.E007",
+                )
+            )
+    return errors
 
 
 @register(Tags.database)

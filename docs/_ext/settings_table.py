@@ -18,7 +18,15 @@ from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
 # Values no setting accepts, each tried alone; a check that fires for one names the key.
-INVALID_VALUES: tuple[Any, ...] = (object(), -1, "not a valid value", [object()], {"x": object()})
+# 10**30 is above every numeric setting's bound (check E007, scheduler_app.bounds).
+INVALID_VALUES: tuple[Any, ...] = (
+    object(),
+    -1,
+    10**30,
+    "not a valid value",
+    [object()],
+    {"x": object()},
+)
 
 
 def _setup_django() -> None:

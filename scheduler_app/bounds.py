@@ -1,0 +1,177 @@
+"""The range of every numeric setting: one definition for system check E007 and runworker.
+
+Beyond these bounds the code breaks at runtime rather than at ``manage.py check``:
+a wait longer than ``threading.TIMEOUT_MAX`` kills the thread that waits
+(OverflowError), a duration added to the current time runs past year 9999, an
+integer past PostgreSQL's ``integer`` is a DataError, and thousands of job threads
+cannot be started. Below the least values a guarantee fails instead: a lease
+renewed every third of a millisecond expires under a healthy worker (its job runs
+twice), and an idle worker polling every nanosecond spins a CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+import threading
+from typing import Any
+
+#: The longest duration anything accepts: a schedule's interval, grace, jitter or alert
+#: target (models.schedules), a setting in seconds or days. Ten years: far past any
+#: sensible lease, interval or retention, and now plus a few of them is a valid datetime.
+LONGEST_DURATION = dt.timedelta(days=3652)
+
+#: Settings in seconds: ten years, or less where a thread cannot wait that long.
+LONGEST_SECONDS = int(min(LONGEST_DURATION.total_seconds(), threading.TIMEOUT_MAX))
+#: Settings in days (RETENTION_*_DAYS): the same ten years; None keeps forever.
+LONGEST_DAYS = LONGEST_DURATION.days
+#: Integer settings: PostgreSQL's ``integer``, the smallest column any of them reaches
+#: (jobs' max_attempts, batches' breaker_window, schedules' declared_version).
+LARGEST_INTEGER = 2**31 - 1
+#: Jobs one worker runs at once, each in a thread with its own database connection.
+MOST_CONCURRENCY = 1000
+#: The lease is renewed every third of it: a 1 s lease leaves 2/3 s for a renewal's
+#: round trip and commit before a rescuer may take a running job away.
+SHORTEST_LEASE = 1.0
+#: Each idle wake-up queries the database: measured on SQLite, an idle worker polling
+#: every 0.05 s uses ~4% of a CPU (0.01 s: ~17%; 1e-9 s: ~80%).
+SHORTEST_POLL_INTERVAL = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """The range of a number, ``least`` and ``most`` included, and what breaks outside it."""
+
+    most: float
+    why: str
+    least: float = 0
+    unit: str = ""
+    #: An integer setting: a float is its own check's business (E004, E055, ...), not this.
+    integer: bool = False
+
+    def describe(self) -> str:
+        """Return e.g. 'at most 3652 days' or 'from 1 to 315532800 seconds (3652 days)'."""
+        most = _show(self.most) + (" " + self.unit if self.unit else "")
+        if self.unit == "seconds":
+            most += " (%s days)" % _show(self.most / 86400)
+        if self.least > 0:
+            return "from %s to %s" % (_show(self.least), most)
+        return "at most %s" % most
+
+    def allows(self, value: float) -> bool:
+        return self.least <= value <= self.most
+
+
+def _show(number: float) -> str:
+    """Return ``number`` without a pointless '.0', or a long float rounded."""
+    return str(int(number)) if number == int(number) else "%g" % number
+
+
+SECONDS = Bound(
+    LONGEST_SECONDS,
+    unit="seconds",
+    why="Longer durations overflow Python's clocks and dates (OverflowError at runtime); "
+    "ten years is the longest duration scheduler_app accepts anywhere.",
+)
+DAYS = Bound(
+    LONGEST_DAYS,
+    unit="days",
+    why="A cutoff further back overflows the date arithmetic of scheduler_prune; use None "
+    "to keep rows forever.",
+)
+INTEGER = Bound(
+    LARGEST_INTEGER,
+    integer=True,
+    why="Larger numbers do not fit the database's integer columns and queries.",
+)
+
+#: Numeric settings that are shares: their own checks keep them within 0 and 1.
+SHARES = ("BREAKER_THRESHOLD", "COMPLAINT_RATE_LIMIT", "BOUNCE_RATE_LIMIT", "FAILING_RATE")
+
+#: Every other numeric setting's bound (a test keeps it complete against conf.DEFAULTS).
+SETTING_BOUNDS: dict[str, Bound] = {
+    "CONCURRENCY": Bound(
+        MOST_CONCURRENCY,
+        least=1,
+        integer=True,
+        why="Each job a worker runs at once is a thread with its own database connection; "
+        "run more workers instead.",
+    ),
+    "CLAIM_BATCH_SIZE": dataclasses.replace(INTEGER, least=1),
+    "POLL_INTERVAL": dataclasses.replace(
+        SECONDS,
+        least=SHORTEST_POLL_INTERVAL,
+        why="Each time an idle worker wakes it queries the database: a shorter interval spins "
+        "a CPU. On PostgreSQL, NOTIFY wakes a worker for new jobs anyway.",
+    ),
+    "LEASE_SECONDS": dataclasses.replace(
+        SECONDS,
+        least=SHORTEST_LEASE,
+        why="The worker renews its leases every third of the lease: a shorter lease can "
+        "expire under a healthy worker, and its running job is run again.",
+    ),
+    "SHUTDOWN_TIMEOUT": SECONDS,
+    "DATABASE_UNAVAILABLE_TIMEOUT": SECONDS,
+    "SUMMARY_INTERVAL": SECONDS,
+    "UNDO_SAFETY_MARGIN": SECONDS,
+    "SCHEDULES_VERSION": INTEGER,
+    "SCHEDULER_INTERVAL": SECONDS,
+    "SEND_LANES": INTEGER,
+    "SEND_CHUNK_SIZE": INTEGER,
+    "SEND_CLAIM_SECONDS": SECONDS,
+    "RECIPIENT_MAX_ATTEMPTS": INTEGER,
+    "BREAKER_WINDOW": INTEGER,
+    "PROGRESS_LOG_EVERY": INTEGER,
+    "LARGE_BATCH": INTEGER,
+    "LARGE_BATCH_WINDOW": SECONDS,
+    "DRY_RUN_SHORT_BODY": INTEGER,
+    "DEFAULT_MAX_ATTEMPTS": INTEGER,
+    "UNKNOWN_TASK_GRACE": SECONDS,
+    "UNSUBSCRIBE_RATE_LIMIT": INTEGER,
+    "SOFT_BOUNCE_LIMIT": INTEGER,
+    "SOFT_BOUNCE_WINDOW": SECONDS,
+    "FEEDBACK_MIN_SENT": INTEGER,
+    "CELERY_MAX_IN_FLIGHT": INTEGER,
+    "CELERY_MAX_BROKER_WAIT": SECONDS,
+    "ALERT_INTERVAL": SECONDS,
+    "ALERT_RENOTIFY_AFTER": SECONDS,
+    "OVERDUE_AFTER": SECONDS,
+    "FAILING_WINDOW": SECONDS,
+    "WORKER_HEARTBEAT_INTERVAL": SECONDS,
+    "WORKER_LOST_AFTER": SECONDS,
+    "STALE_SEND_AFTER": SECONDS,
+    "STALLED_SEND_AFTER": SECONDS,
+    "METRICS_CACHE_SECONDS": SECONDS,
+    "METRICS_WINDOW": SECONDS,
+    "METRICS_MAX_BATCHES": INTEGER,
+    "RETENTION_JOBS_DAYS": DAYS,
+    "RETENTION_OCCURRENCES_DAYS": DAYS,
+    "RETENTION_CONTROL_EVENTS_DAYS": DAYS,
+    "RETENTION_RECIPIENT_CONTEXT_DAYS": DAYS,
+    "RETENTION_DRY_RUN_REPORTS_DAYS": DAYS,
+    "RETENTION_WORKERS_DAYS": DAYS,
+    "RETENTION_ALERTS_DAYS": DAYS,
+    "PRUNE_BATCH_SIZE": INTEGER,
+    "PRUNE_MAX_ROWS": INTEGER,
+}
+
+
+def out_of_bounds(name: str, value: Any) -> Bound | None:
+    """Return the bound a valid-looking ``value`` of setting ``name`` breaks, or None.
+
+    Only finite numbers above 0 (integers, for an integer setting) are judged: the type,
+    the sign, None and NaN are each setting's own check, so a value gets one error, not
+    two.
+    """
+    bound = SETTING_BOUNDS.get(name)
+    if (
+        bound is None
+        or isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+        or (bound.integer and not isinstance(value, int))
+    ):
+        return None
+    return None if bound.allows(value) else bound
