@@ -11,10 +11,12 @@ twice), and an idle worker polling every nanosecond spins a CPU.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import datetime as dt
 import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 #: The longest duration anything accepts: a schedule's interval, grace, jitter or alert
@@ -175,3 +177,46 @@ def out_of_bounds(name: str, value: Any) -> Bound | None:
     ):
         return None
     return None if bound.allows(value) else bound
+
+
+def positive_int(setting: str) -> Callable[[str], int]:
+    """Return an argparse type for a command option that stands for SCHEDULER_APP[setting]:
+    an integer within the setting's bound, the one system check E007 applies to it."""
+    # Counts start at 1 on the command line: no option stands for "none".
+    bound = dataclasses.replace(
+        SETTING_BOUNDS[setting], least=max(1, SETTING_BOUNDS[setting].least)
+    )
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not an integer" % value) from None
+        _check_bound(bound, number, value)
+        return number
+
+    return parse
+
+
+def positive_float(setting: str) -> Callable[[str], float]:
+    """Return an argparse type for an option that stands for SCHEDULER_APP[setting]: a
+    finite number above 0 within the setting's bound (check E007's)."""
+    bound = SETTING_BOUNDS[setting]
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not a number" % value) from None
+        if not math.isfinite(number):
+            raise argparse.ArgumentTypeError("must be a finite number, got %r" % value)
+        _check_bound(bound, number, value)
+        return number
+
+    return parse
+
+
+def _check_bound(bound: Bound, number: float, value: str) -> None:
+    if number <= 0 or not bound.allows(number):
+        allowed = bound.describe() if bound.least > 0 else "above 0 and " + bound.describe()
+        raise argparse.ArgumentTypeError("must be %s, got %s" % (allowed, value))

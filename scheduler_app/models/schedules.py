@@ -18,6 +18,7 @@ from scheduler_app.models.jobs import Job
 # LONGEST_DURATION (scheduler_app.bounds, ten years) is the longest interval, grace,
 # jitter or alert target a schedule takes: the scheduler and the alert rules add them to
 # times and to each other.
+
 #: The shortest interval of a fixed-rate or fixed-delay schedule: the scheduler looks every
 #: SCHEDULER_INTERVAL (1 s), and a shorter one records occurrences it can never run.
 SHORTEST_INTERVAL = dt.timedelta(seconds=1)

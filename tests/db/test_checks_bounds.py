@@ -135,3 +135,17 @@ def test_the_largest_accepted_durations_work_where_larger_ones_overflowed():
         assert workers.lost_after() == longest
     assert claim_renotifications(now, longest) == []
     assert now + longest + longest < dt.datetime.max.replace(tzinfo=dt.UTC)
+
+
+@pytest.mark.django_db
+def test_scheduler_prune_max_rows_has_the_bound_of_prune_max_rows():
+    """--max-rows 2**63 was a DataError (bigint out of range) traceback."""
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError) as raised:
+        call_command("scheduler_prune", "--dry-run", "--max-rows", str(2**63))
+
+    assert str(raised.value) == (
+        "Error: argument --max-rows: must be from 1 to 2147483647, got %s" % 2**63
+    )

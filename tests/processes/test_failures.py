@@ -82,7 +82,7 @@ def test_runworker_exits_nonzero_when_database_unreachable(start_worker):
         (
             ["--concurrency", "0"],
             2,
-            "runworker: error: argument -c/--concurrency: must be at least 1, got 0",
+            "runworker: error: argument -c/--concurrency: must be from 1 to 1000, got 0",
         ),
         (
             ["--poll-interval", "soon"],
@@ -108,6 +108,17 @@ def test_runworker_exits_nonzero_when_database_unreachable(start_worker):
             "workers' own --concurrency bounds what runs, and SCHEDULER_APP"
             "['CELERY_MAX_IN_FLIGHT'] how many jobs a relay keeps published per queue.",
         ),
+        (
+            ["--lease", "inf"],
+            2,
+            "runworker: error: argument --lease: must be a finite number, got 'inf'",
+        ),
+        (
+            ["--concurrency", "99999999999999999999"],
+            2,
+            "runworker: error: argument -c/--concurrency: must be from 1 to 1000, "
+            "got 99999999999999999999",
+        ),
     ],
     ids=[
         "concurrency-0",
@@ -115,6 +126,8 @@ def test_runworker_exits_nonzero_when_database_unreachable(start_worker):
         "worker-id-too-long",
         "unknown-queue",
         "concurrency-with-celery",
+        "lease-infinite",
+        "concurrency-too-many",
     ],
 )
 def test_runworker_rejects_bad_options(args, status, message):

@@ -12,32 +12,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import OperationalError
 
+from scheduler_app.bounds import positive_float, positive_int
 from scheduler_app.conf import app_settings
 from scheduler_app.management.database import check_migrated
 from scheduler_app.worker.loop import Worker, WorkerFatal, WorkerOptions, default_worker_id
 from scheduler_app.worker.shutdown import graceful_signals
 
 logger = logging.getLogger("scheduler_app.worker")
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not an integer" % value) from None
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be at least 1, got %s" % number)
-    return number
-
-
-def positive_float(value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not a number" % value) from None
-    if not number > 0:
-        raise argparse.ArgumentTypeError("must be greater than 0, got %s" % value)
-    return number
 
 
 def port(value: str) -> int:
@@ -75,29 +56,30 @@ class Command(BaseCommand):
         parser.add_argument(
             "-c",
             "--concurrency",
-            type=positive_int,
-            help="Jobs run at once (threads). Default: CONCURRENCY. Not with --executor celery.",
+            type=positive_int("CONCURRENCY"),
+            help="Jobs run at once (threads), 1 to 1000. Default: CONCURRENCY. Not with "
+            "--executor celery.",
         )
         parser.add_argument(
             "--batch-size",
-            type=positive_int,
+            type=positive_int("CLAIM_BATCH_SIZE"),
             help="Most jobs claimed per statement. Default: CLAIM_BATCH_SIZE.",
         )
         parser.add_argument(
             "--poll-interval",
-            type=positive_float,
+            type=positive_float("POLL_INTERVAL"),
             metavar="SECONDS",
-            help="Longest idle wait between claims. Default: POLL_INTERVAL.",
+            help="Longest idle wait between claims, at least 0.05. Default: POLL_INTERVAL.",
         )
         parser.add_argument(
             "--lease",
-            type=positive_float,
+            type=positive_float("LEASE_SECONDS"),
             metavar="SECONDS",
-            help="Lease length; renewed every third of it. Default: LEASE_SECONDS.",
+            help="Lease length, at least 1; renewed every third of it. Default: LEASE_SECONDS.",
         )
         parser.add_argument(
             "--shutdown-timeout",
-            type=positive_float,
+            type=positive_float("SHUTDOWN_TIMEOUT"),
             metavar="SECONDS",
             help="How long a stop waits for running jobs. Default: SHUTDOWN_TIMEOUT.",
         )

@@ -8,26 +8,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler_app import clock
+from scheduler_app.bounds import positive_int
 from scheduler_app.conf import app_settings
 from scheduler_app.management.database import database_ready
 from scheduler_app.models import PruneRun
 from scheduler_app.retention import SETTINGS, cutoffs_for, prune
-
-#: The most rows a breaker can name: PruneRun.max_rows is a bigint column.
-MAX_ROWS = 2**63 - 1
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not an integer" % value) from None
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be at least 1, got %s" % number)
-    if number > MAX_ROWS:
-        raise argparse.ArgumentTypeError("must be at most %s, got %s" % (MAX_ROWS, number))
-    return number
-
 
 class Command(BaseCommand):
     help = (
@@ -42,7 +27,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--max-rows",
-            type=positive_int,
+            type=positive_int("PRUNE_MAX_ROWS"),
             metavar="N",
             help="The breaker for this run. Default: PRUNE_MAX_ROWS.",
         )
