@@ -119,6 +119,12 @@ def test_runworker_exits_nonzero_when_database_unreachable(start_worker):
             "runworker: error: argument -c/--concurrency: must be from 1 to 1000, "
             "got 99999999999999999999",
         ),
+        (
+            ["--metrics-address", "1.2.3.4"],
+            1,
+            "CommandError: --metrics-address needs --metrics-port: without a port no metrics "
+            "are served.",
+        ),
     ],
     ids=[
         "concurrency-0",
@@ -128,6 +134,7 @@ def test_runworker_exits_nonzero_when_database_unreachable(start_worker):
         "concurrency-with-celery",
         "lease-infinite",
         "concurrency-too-many",
+        "metrics-address-without-port",
     ],
 )
 def test_runworker_rejects_bad_options(args, status, message):

@@ -1,4 +1,4 @@
-"""runworker's options: the same bounds as the settings' system checks."""
+"""runworker's options: the same bounds as the settings' system checks, and no silent option."""
 
 from __future__ import annotations
 
@@ -86,6 +86,16 @@ def test_options_at_the_bounds_are_accepted(option, value, parsed):
     options = vars(parser.parse_args([option, value]))
 
     assert parsed in options.values()
+
+
+def test_metrics_address_without_metrics_port_is_a_command_error():
+    """It used to be ignored: the worker started without serving any metrics."""
+    with pytest.raises(CommandError) as raised:
+        call_command("runworker", "--metrics-address", "1.2.3.4")
+
+    assert str(raised.value) == (
+        "--metrics-address needs --metrics-port: without a port no metrics are served."
+    )
 
 
 def test_no_metrics_options_still_builds_the_worker():

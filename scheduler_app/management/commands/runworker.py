@@ -112,9 +112,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--metrics-address",
-            default="127.0.0.1",
             metavar="ADDRESS",
-            help="Address the metrics port listens on (default 127.0.0.1; 0.0.0.0 for all).",
+            help="Address the metrics port listens on (default 127.0.0.1; 0.0.0.0 for all). "
+            "Only with --metrics-port.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -131,6 +131,10 @@ class Command(BaseCommand):
                 "--concurrency does not apply to --executor celery: the Celery workers' own "
                 "--concurrency bounds what runs, and SCHEDULER_APP['CELERY_MAX_IN_FLIGHT'] how "
                 "many jobs a relay keeps published per queue."
+            )
+        if options["metrics_address"] is not None and options["metrics_port"] is None:
+            raise CommandError(
+                "--metrics-address needs --metrics-port: without a port no metrics are served."
             )
         worker_options = WorkerOptions(
             queues=tuple(dict.fromkeys(queues)),
@@ -185,11 +189,12 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError("--metrics-port: %s" % exc) from exc
         metrics = WorkerMetrics(worker_id)
+        address = options["metrics_address"] or "127.0.0.1"
         try:
-            metrics.serve(options["metrics_port"], options["metrics_address"])
+            metrics.serve(options["metrics_port"], address)
         except OSError as exc:
             raise CommandError(
                 "--metrics-port: cannot listen on %s:%s: %s"
-                % (options["metrics_address"], options["metrics_port"], exc)
+                % (address, options["metrics_port"], exc)
             ) from exc
         metrics.connect()
