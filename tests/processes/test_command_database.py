@@ -63,4 +63,3 @@ def test_a_command_on_an_unmigrated_database_asks_for_migrate(args, unmigrated):
         r"are not applied \(the first: 0001_initial\)\. Run manage\.py migrate first\.",
         result.stderr.splitlines()[-1],
     ), result.stderr
-

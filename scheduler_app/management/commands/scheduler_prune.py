@@ -14,6 +14,7 @@ from scheduler_app.management.database import database_ready
 from scheduler_app.models import PruneRun
 from scheduler_app.retention import SETTINGS, cutoffs_for, prune
 
+
 class Command(BaseCommand):
     help = (
         "Delete finished jobs, occurrences, events, alerts and heartbeats older than their "
