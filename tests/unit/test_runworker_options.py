@@ -98,6 +98,7 @@ def test_metrics_address_without_metrics_port_is_a_command_error():
     )
 
 
+@pytest.mark.django_db  # runworker checks the migrations before it builds the worker
 def test_no_metrics_options_still_builds_the_worker():
     with pytest.raises(NotRun):
         call_command("runworker")
