@@ -24,6 +24,10 @@ from typing import Any
 #: sensible lease, interval or retention, and now plus a few of them is a valid datetime.
 LONGEST_DURATION = dt.timedelta(days=3652)
 
+#: The shortest interval of a fixed-rate or fixed-delay schedule: the scheduler looks once
+#: a second (SCHEDULER_INTERVAL), and a shorter one records occurrences it never runs.
+SHORTEST_INTERVAL = dt.timedelta(seconds=1)
+
 #: Settings in seconds: ten years, or less where a thread cannot wait that long.
 LONGEST_SECONDS = int(min(LONGEST_DURATION.total_seconds(), threading.TIMEOUT_MAX))
 #: Settings in days (RETENTION_*_DAYS): the same ten years; None keeps forever.

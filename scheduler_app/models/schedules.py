@@ -12,16 +12,12 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_app import clock
-from scheduler_app.bounds import LONGEST_DURATION
+from scheduler_app.bounds import LONGEST_DURATION, SHORTEST_INTERVAL
 from scheduler_app.models.jobs import Job
 
 # LONGEST_DURATION (scheduler_app.bounds, ten years) is the longest interval, grace,
 # jitter or alert target a schedule takes: the scheduler and the alert rules add them to
-# times and to each other.
-
-#: The shortest interval of a fixed-rate or fixed-delay schedule: the scheduler looks every
-#: SCHEDULER_INTERVAL (1 s), and a shorter one records occurrences it can never run.
-SHORTEST_INTERVAL = dt.timedelta(seconds=1)
+# times and to each other. SHORTEST_INTERVAL (1 s) is the shortest interval.
 
 
 def validate_cron(expression: str) -> None:
