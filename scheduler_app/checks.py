@@ -45,7 +45,13 @@ NON_NEGATIVE_NUMBERS = ("UNDO_SAFETY_MARGIN", "UNKNOWN_TASK_GRACE")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     user = getattr(settings, "SCHEDULER_APP", {})
     if not isinstance(user, dict):
-        return [Error("SCHEDULER_APP must be a dict.", id="scheduler_app.E001")]
+        return [
+            Error(
+                "SCHEDULER_APP must be a dict, not %s." % type(user).__name__,
+                hint="Until it is one, scheduler_app uses its defaults for every key.",
+                id="scheduler_app.E001",
+            )
+        ]
     errors = [
         Error(
             "Unknown key %r in SCHEDULER_APP." % key,

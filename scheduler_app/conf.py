@@ -382,7 +382,10 @@ class AppSettings:
 
     @property
     def user_settings(self) -> dict[str, Any]:
-        return getattr(settings, "SCHEDULER_APP", {}) or {}
+        """Return SCHEDULER_APP, or {} (the defaults) when it is not a dict: check E001
+        reports that, and importing the app must not crash before the check can run."""
+        user = getattr(settings, "SCHEDULER_APP", {})
+        return user if isinstance(user, dict) else {}
 
     def __getattr__(self, name: str) -> Any:
         if name not in DEFAULTS:

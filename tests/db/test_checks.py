@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from scheduler_app import registry
 from scheduler_app.checks import check_settings, check_task_queues
-from scheduler_app.conf import DEFAULTS
+from scheduler_app.conf import DEFAULTS, app_settings
 
 
 def scheduler_app_settings(**changes):
@@ -48,12 +48,17 @@ def test_unknown_key_is_e001_with_the_known_keys_as_hint():
     assert all(error.level == django_checks.ERROR for error in errors)
 
 
-def test_setting_that_is_not_a_dict_is_e001():
-    with override_settings(SCHEDULER_APP=["QUEUES"]):
-        errors = check_settings()
+@pytest.mark.parametrize("value", [["QUEUES"], "QUEUES", 5, True, [("QUEUES", ["default"])]])
+def test_setting_that_is_not_a_dict_is_e001_and_the_defaults_apply(value):
+    """Every check runs (none crashes on it) with the defaults, and E001 says why."""
+    with override_settings(SCHEDULER_APP=value):
+        errors = django_checks.run_checks(tags=[django_checks.Tags.compatibility])
+        queues = app_settings.QUEUES
 
-    assert ids(errors) == ["scheduler_app.E001"]
-    assert errors[0].msg == "SCHEDULER_APP must be a dict."
+    errors = [error for error in errors if error.id == "scheduler_app.E001"]
+    assert len(errors) == 1
+    assert errors[0].msg == "SCHEDULER_APP must be a dict, not %s." % type(value).__name__
+    assert queues == DEFAULTS["QUEUES"]
 
 
 @pytest.mark.parametrize(
