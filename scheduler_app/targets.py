@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from typing import Any
+
+from scheduler_app.bounds import LONGEST_DURATION
 
 #: The fields a task or schedule may declare; the same names on Schedule.
 TARGET_FIELDS = ("lateness_target", "max_runtime", "expected_every", "count_key", "zero_runs_alert")
@@ -50,19 +53,29 @@ class Targets:
 NO_TARGETS = Targets()
 
 
-def as_duration(value: float | dt.timedelta | None, name: str) -> dt.timedelta | None:
+def as_duration(
+    value: float | dt.timedelta | None, name: str, *, allow_zero: bool = False
+) -> dt.timedelta | None:
     """Return ``value`` (seconds or a timedelta) as a positive timedelta, or None.
 
-    Raises ValueError for anything else.
+    ``allow_zero`` accepts 0 too. Raises ValueError for anything else, NaN, and
+    anything longer than LONGEST_DURATION (infinity and 1e300 would overflow a timedelta).
     """
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | dt.timedelta):
         raise ValueError("%s must be a number of seconds or a timedelta" % name)
-    duration = value if isinstance(value, dt.timedelta) else dt.timedelta(seconds=value)
-    if duration <= dt.timedelta(0):
-        raise ValueError("%s must be positive" % name)
-    return duration
+    if isinstance(value, float) and math.isnan(value):
+        raise ValueError("%s must be a number of seconds, not NaN" % name)
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else value
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        raise ValueError("%s must %s" % (name, "not be negative" if allow_zero else "be positive"))
+    if seconds > LONGEST_DURATION.total_seconds():
+        raise ValueError(
+            "%s must be at most %s days (%d seconds)"
+            % (name, LONGEST_DURATION.days, LONGEST_DURATION.total_seconds())
+        )
+    return value if isinstance(value, dt.timedelta) else dt.timedelta(seconds=value)
 
 
 def build_targets(

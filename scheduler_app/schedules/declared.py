@@ -48,7 +48,7 @@ from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
 from scheduler_app.retention import builtin_schedule
 from scheduler_app.scheduling import check_payload
-from scheduler_app.targets import TARGET_FIELDS, build_targets
+from scheduler_app.targets import TARGET_FIELDS, as_duration, build_targets
 
 logger = logging.getLogger("scheduler_app.schedules")
 
@@ -254,9 +254,8 @@ def _build(name: str, definition: Any) -> Schedule:
 def _seconds(value: Any, key: str) -> dt.timedelta:
     if isinstance(value, bool) or not isinstance(value, int | float | dt.timedelta):
         raise ValueError("%s must be a number of seconds" % key)
-    duration = value if isinstance(value, dt.timedelta) else dt.timedelta(seconds=value)
-    if duration < dt.timedelta(0):
-        raise ValueError("%s must not be negative" % key)
+    duration = as_duration(value, key, allow_zero=True)
+    assert duration is not None
     return duration
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import pytest
 from django.conf import settings
@@ -85,6 +86,10 @@ def test_task_targets_are_validated_where_the_task_is_declared():
         task(name="tests.ops.bad_targets", zero_runs_alert=3)(lambda ctx: None)
     with pytest.raises(ValidationError, match="max_runtime must be positive"):
         task(name="tests.ops.bad_targets", max_runtime=0)(lambda ctx: None)
+    with pytest.raises(ValidationError, match=r"expected_every must be at most 3652 days"):
+        task(name="tests.ops.bad_targets", expected_every=1e300)(lambda ctx: None)
+    with pytest.raises(ValidationError, match=r"max_runtime must be at most 3652 days"):
+        task(name="tests.ops.bad_targets", max_runtime=math.inf)(lambda ctx: None)
 
 
 @pytest.mark.django_db

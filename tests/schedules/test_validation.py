@@ -8,6 +8,7 @@ scheduler_app.E020, and sync_declared_schedules() keeps operators' changes).
 from __future__ import annotations
 
 import datetime as dt
+import math
 
 import pytest
 from django.conf import settings
@@ -181,6 +182,51 @@ def test_declared_negative_duration_is_reported_by_check_e020(key):
         errors = check_declared_schedules()
     assert [error.id for error in errors] == ["scheduler_app.E020"]
     assert errors[0].msg.startswith(prefix("nightly-report"))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "problem"),
+    [
+        ("fixed_rate", math.inf, "fixed_rate must be at most 3652 days (315532800 seconds)"),
+        ("fixed_rate", 1e300, "fixed_rate must be at most 3652 days (315532800 seconds)"),
+        ("fixed_rate", math.nan, "fixed_rate must be a number of seconds, not NaN"),
+        ("jitter", math.inf, "jitter must be at most 3652 days (315532800 seconds)"),
+        ("misfire_grace", 1e300, "misfire_grace must be at most 3652 days (315532800 seconds)"),
+        ("misfire_grace", -math.inf, "misfire_grace must not be negative"),
+        (
+            "lateness_target",
+            math.inf,
+            "lateness_target must be at most 3652 days (315532800 seconds)",
+        ),
+        (
+            "lateness_target",
+            1e300,
+            "lateness_target must be at most 3652 days (315532800 seconds)",
+        ),
+        (
+            "expected_every",
+            dt.timedelta(days=3653),
+            "expected_every must be at most 3652 days (315532800 seconds)",
+        ),
+    ],
+)
+def test_a_declared_duration_too_long_for_a_timedelta_is_e020_not_an_overflow(key, value, problem):
+    """inf and 1e300 overflowed timedelta: the check and sync_schedules crashed with it."""
+    definition = {"task": TASK, "fixed_rate": 60, key: value}
+    with declaring({"nightly-report": definition}):
+        errors = check_declared_schedules()
+        with pytest.raises(ValidationError) as caught:
+            sync_declared_schedules()
+
+    assert errors == [Error(prefix("nightly-report") + problem, id="scheduler_app.E020")]
+    assert caught.value.message == prefix("nightly-report") + problem
+
+
+def test_declared_durations_up_to_the_longest_pass():
+    longest = 3652 * 86400
+    definition = {"task": TASK, "fixed_rate": longest, "jitter": longest, "misfire_grace": 0}
+    with declaring({"rare": {**definition, "lateness_target": longest}}):
+        assert check_declared_schedules() == []
 
 
 def test_valid_declared_schedules_pass_the_check():
