@@ -16,7 +16,8 @@ from django.utils.module_loading import import_string
 
 from scheduler_app.bounds import SETTING_BOUNDS, out_of_bounds
 from scheduler_app.conf import DEFAULTS, app_settings, message_id_domain
-from scheduler_app.registry import all_tasks
+from scheduler_app.registry import MAX_ATTEMPTS, all_tasks, is_max_attempts
+from scheduler_app.targets import as_duration
 
 POSITIVE_NUMBERS = (
     "POLL_INTERVAL",
@@ -30,7 +31,6 @@ POSITIVE_NUMBERS = (
 POSITIVE_INTEGERS = (
     "CONCURRENCY",
     "CLAIM_BATCH_SIZE",
-    "DEFAULT_MAX_ATTEMPTS",
     "SEND_LANES",
     "SEND_CHUNK_SIZE",
     "RECIPIENT_MAX_ATTEMPTS",
@@ -89,6 +89,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                     "SCHEDULER_APP[%r] must be a positive integer." % name, id="scheduler_app.E004"
                 )
             )
+    errors.extend(_check_task_defaults())
     for name in NON_NEGATIVE_NUMBERS:
         value = getattr(app_settings, name)
         if not _number(value) or value < 0:
@@ -120,6 +121,31 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             Error(
                 "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer >= 0.",
                 id="scheduler_app.E006",
+            )
+        )
+    return errors
+
+
+def _check_task_defaults() -> list[Error]:
+    """DEFAULT_MAX_ATTEMPTS (E004) and DEFAULT_TIMEOUT (E008), by the rules registry uses."""
+    errors = []
+    if not is_max_attempts(app_settings.DEFAULT_MAX_ATTEMPTS):
+        errors.append(
+            Error(
+                "SCHEDULER_APP['DEFAULT_MAX_ATTEMPTS'] must be an integer from 1 to %d."
+                % MAX_ATTEMPTS,
+                id="scheduler_app.E004",
+            )
+        )
+    timeout = app_settings.DEFAULT_TIMEOUT
+    try:
+        as_duration(timeout, "DEFAULT_TIMEOUT")
+    except ValueError as exc:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['DEFAULT_TIMEOUT'] must be None or a positive number of seconds: "
+                "%s; got %r." % (exc, timeout),
+                id="scheduler_app.E008",
             )
         )
     return errors

@@ -211,9 +211,13 @@ DESCRIPTIONS: dict[str, str] = {
         "name (check `scheduler_app.E030`); an internationalized one is written in punycode "
         "(`bücher.example` gives `xn--bcher-kva.example`)."
     ),
-    "DEFAULT_MAX_ATTEMPTS": ("`max_attempts` of tasks that don't set their own."),
+    "DEFAULT_MAX_ATTEMPTS": (
+        "`max_attempts` of tasks that don't set their own: an integer from 1 to 2147483647."
+    ),
     "DEFAULT_TIMEOUT": (
-        "Timeout in seconds of tasks that don't set their own; `None` means no limit."
+        "Timeout of tasks that don't set their own: positive seconds (or a timedelta) up to "
+        "3652 days; `None` means no limit. While either task default is invalid, tasks get "
+        "the built-in one and the system check reports it."
     ),
     "UNKNOWN_TASK_GRACE": (
         "Seconds after its scheduled time during which a job of a task a worker does not know"

@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from scheduler_app.conf import app_settings
+from scheduler_app.conf import DEFAULTS, app_settings
 from scheduler_app.cursors import Cursor, Cursors
 from scheduler_app.exceptions import (
     UnknownQueue,
@@ -16,7 +16,7 @@ from scheduler_app.exceptions import (
     ValidationError,
 )
 from scheduler_app.retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from scheduler_app.targets import NO_TARGETS, Targets, build_targets
+from scheduler_app.targets import NO_TARGETS, Targets, as_duration, build_targets
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -82,6 +82,8 @@ class TaskSpec:
 
 
 _registry: dict[str, TaskSpec] = {}
+#: The most attempts a job may have: Job.max_attempts is an integer column.
+MAX_ATTEMPTS = 2**31 - 1
 
 
 def task(
@@ -125,11 +127,9 @@ def task(
             func=f,
             queue=queue,
             priority=priority,
-            max_attempts=(
-                max_attempts if max_attempts is not None else app_settings.DEFAULT_MAX_ATTEMPTS
-            ),
+            max_attempts=max_attempts if max_attempts is not None else default_max_attempts(),
             retry=retry,
-            timeout=_as_timeout(timeout if timeout is not None else app_settings.DEFAULT_TIMEOUT),
+            timeout=_as_timeout(timeout) if timeout is not None else default_timeout(),
             payload_versions=frozenset(payload_versions),
             targets=targets,
         )
@@ -158,6 +158,30 @@ def check_queue(name: str) -> None:
             "Unknown queue %r; SCHEDULER_APP['QUEUES'] lists: %s."
             % (name, ", ".join(app_settings.QUEUES))
         )
+
+
+def is_max_attempts(value: Any) -> bool:
+    """Return whether ``value`` is an int from 1 to MAX_ATTEMPTS (not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= MAX_ATTEMPTS
+
+
+def default_max_attempts() -> int:
+    """Return DEFAULT_MAX_ATTEMPTS, or the built-in default while it is invalid.
+
+    Tasks are registered at import (the built-in ones too), before check E004 can
+    report the setting: a crash there would hide the check.
+    """
+    value = app_settings.DEFAULT_MAX_ATTEMPTS
+    return value if is_max_attempts(value) else DEFAULTS["DEFAULT_MAX_ATTEMPTS"]
+
+
+def default_timeout() -> dt.timedelta | None:
+    """Return DEFAULT_TIMEOUT as a timedelta (None: no limit), or the built-in default
+    (None) while it is invalid, which check E007 reports (see default_max_attempts)."""
+    try:
+        return as_duration(app_settings.DEFAULT_TIMEOUT, "DEFAULT_TIMEOUT")
+    except ValueError:
+        return as_duration(DEFAULTS["DEFAULT_TIMEOUT"], "DEFAULT_TIMEOUT")
 
 
 def all_tasks() -> dict[str, TaskSpec]:

@@ -44,3 +44,24 @@ def test_a_scheduler_app_that_is_not_a_dict_is_reported_not_a_crash(tmp_path, va
     assert result.returncode == 1
     assert "scheduler_app.E001" in result.stderr
     assert "SCHEDULER_APP must be a dict" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "check_id"),
+    [
+        ("DEFAULT_TIMEOUT", "'abc'", "scheduler_app.E008"),
+        ("DEFAULT_TIMEOUT", "float('nan')", "scheduler_app.E008"),
+        ("DEFAULT_TIMEOUT", "1e300", "scheduler_app.E008"),
+        ("DEFAULT_TIMEOUT", "-1", "scheduler_app.E008"),
+        ("DEFAULT_MAX_ATTEMPTS", "'abc'", "scheduler_app.E004"),
+        ("DEFAULT_MAX_ATTEMPTS", "None", "scheduler_app.E004"),
+        ("DEFAULT_MAX_ATTEMPTS", "0", "scheduler_app.E004"),
+    ],
+)
+def test_a_bad_task_default_is_reported_not_a_crash_at_import(tmp_path, key, value, check_id):
+    """The built-in tasks are registered at import with these defaults."""
+    result = run_check(tmp_path, "{**SCHEDULER_APP, %r: %s}" % (key, value))
+
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 1
+    assert "%s) SCHEDULER_APP[%r]" % (check_id, key) in result.stderr
