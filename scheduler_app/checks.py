@@ -15,8 +15,8 @@ from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from scheduler_app.bounds import SETTING_BOUNDS, out_of_bounds
-from scheduler_app.conf import DEFAULTS, app_settings, message_id_domain
-from scheduler_app.registry import MAX_ATTEMPTS, all_tasks, is_max_attempts
+from scheduler_app.conf import DEFAULTS, MAX_INTEGER, app_settings, is_integer, message_id_domain
+from scheduler_app.registry import all_tasks
 from scheduler_app.targets import as_duration
 
 POSITIVE_NUMBERS = (
@@ -115,11 +115,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
 
-    version = app_settings.SCHEDULES_VERSION
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+    # Schedule.declared_version is an integer column.
+    if not is_integer(app_settings.SCHEDULES_VERSION, 0):
         errors.append(
             Error(
-                "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer >= 0.",
+                "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer from 0 to %d." % MAX_INTEGER,
                 id="scheduler_app.E006",
             )
         )
@@ -129,11 +129,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 def _check_task_defaults() -> list[Error]:
     """DEFAULT_MAX_ATTEMPTS (E004) and DEFAULT_TIMEOUT (E008), by the rules registry uses."""
     errors = []
-    if not is_max_attempts(app_settings.DEFAULT_MAX_ATTEMPTS):
+    if not is_integer(app_settings.DEFAULT_MAX_ATTEMPTS, 1):
         errors.append(
             Error(
                 "SCHEDULER_APP['DEFAULT_MAX_ATTEMPTS'] must be an integer from 1 to %d."
-                % MAX_ATTEMPTS,
+                % MAX_INTEGER,
                 id="scheduler_app.E004",
             )
         )

@@ -156,8 +156,8 @@ DESCRIPTIONS: dict[str, str] = {
         "Recurring schedules declared in code (see [Recurring schedules](schedules.md))."
     ),
     "SCHEDULES_VERSION": (
-        "An integer >= 0 you raise with every change of `SCHEDULES`; during a rolling deploy "
-        "the highest version's declarations win (see [Deploys](../deploys.md))."
+        "An integer from 0 to 2147483647 you raise with every change of `SCHEDULES`; during "
+        "a rolling deploy the highest version's declarations win (see [Deploys](../deploys.md))."
     ),
     "SCHEDULER_INTERVAL": ("Seconds between a worker's looks for due schedule occurrences."),
     "PROVIDERS": ("Provider name to dotted class path."),
@@ -376,6 +376,15 @@ DESCRIPTIONS: dict[str, str] = {
         "`None` switches it off."
     ),
 }
+
+
+#: The largest value of a database integer column (PostgreSQL's integer).
+MAX_INTEGER = 2**31 - 1
+
+
+def is_integer(value: Any, low: int, high: int = MAX_INTEGER) -> bool:
+    """Return whether ``value`` is an int (not a bool) from ``low`` to ``high``."""
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
 
 
 class AppSettings:

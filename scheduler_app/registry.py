@@ -7,7 +7,7 @@ import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
-from scheduler_app.conf import DEFAULTS, app_settings
+from scheduler_app.conf import DEFAULTS, app_settings, is_integer
 from scheduler_app.cursors import Cursor, Cursors
 from scheduler_app.exceptions import (
     UnknownQueue,
@@ -82,8 +82,6 @@ class TaskSpec:
 
 
 _registry: dict[str, TaskSpec] = {}
-#: The most attempts a job may have: Job.max_attempts is an integer column.
-MAX_ATTEMPTS = 2**31 - 1
 
 
 def task(
@@ -160,11 +158,6 @@ def check_queue(name: str) -> None:
         )
 
 
-def is_max_attempts(value: Any) -> bool:
-    """Return whether ``value`` is an int from 1 to MAX_ATTEMPTS (not a bool)."""
-    return not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= MAX_ATTEMPTS
-
-
 def default_max_attempts() -> int:
     """Return DEFAULT_MAX_ATTEMPTS, or the built-in default while it is invalid.
 
@@ -172,7 +165,7 @@ def default_max_attempts() -> int:
     report the setting: a crash there would hide the check.
     """
     value = app_settings.DEFAULT_MAX_ATTEMPTS
-    return value if is_max_attempts(value) else DEFAULTS["DEFAULT_MAX_ATTEMPTS"]
+    return value if is_integer(value, 1) else DEFAULTS["DEFAULT_MAX_ATTEMPTS"]
 
 
 def default_timeout() -> dt.timedelta | None:

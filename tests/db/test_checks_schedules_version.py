@@ -1,4 +1,5 @@
-"""System check scheduler_app.E006: SCHEDULES_VERSION is an integer >= 0."""
+"""System check scheduler_app.E006: SCHEDULES_VERSION is an integer from 0 to 2**31-1
+(a database integer column: 2**31 passed, then sync_schedules failed with DataError)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,19 @@ from django.test import override_settings
 from scheduler_app.checks import check_settings
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, "2", True, None])
+@pytest.mark.parametrize("value", [-1, 1.5, "2", True, None, 2**31, 10**20])
 def test_e006_refuses_a_schedules_version_that_is_not_an_integer_from_zero(value):
     with override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "SCHEDULES_VERSION": value}):
         errors = check_settings()
     assert [(e.id, e.msg) for e in errors] == [
-        ("scheduler_app.E006", "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer >= 0.")
+        (
+            "scheduler_app.E006",
+            "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer from 0 to 2147483647.",
+        )
     ]
 
 
-@pytest.mark.parametrize("value", [0, 7])
+@pytest.mark.parametrize("value", [0, 7, 2**31 - 1])
 def test_e006_accepts_integers_from_zero(value):
     with override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "SCHEDULES_VERSION": value}):
         assert check_settings() == []
