@@ -153,7 +153,8 @@ DESCRIPTIONS: dict[str, str] = {
         "an undo clicked at the last moment still wins."
     ),
     "SCHEDULES": (
-        "Recurring schedules declared in code (see [Recurring schedules](schedules.md))."
+        "Recurring schedules declared in code (see [Recurring schedules](schedules.md)): "
+        "names are strings, and a schedule's `queue` must be one of `QUEUES`."
     ),
     "SCHEDULES_VERSION": (
         "An integer from 0 to 2147483647 you raise with every change of `SCHEDULES`; during "

@@ -44,8 +44,9 @@ from django.utils.dateparse import parse_datetime
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.exceptions import ValidationError
+from scheduler_app.exceptions import UnknownQueue, ValidationError
 from scheduler_app.models import Schedule
+from scheduler_app.registry import check_queue
 from scheduler_app.retention import builtin_schedule
 from scheduler_app.scheduling import check_payload
 from scheduler_app.targets import TARGET_FIELDS, as_duration, build_targets
@@ -101,6 +102,11 @@ def declared_schedules() -> dict[str, Schedule]:
     declared = app_settings.SCHEDULES
     if not isinstance(declared, dict):
         raise ValidationError("SCHEDULER_APP['SCHEDULES'] must be a dict of name -> definition.")
+    for name in declared:
+        if not isinstance(name, str):
+            raise ValidationError(
+                "SCHEDULER_APP['SCHEDULES'] names must be strings, not %r." % (name,)
+            )
     # The built-in ones first: a project that declares the same name replaces it.
     declared = {**builtin_schedule(), **declared}
     return {name: _build(name, definition) for name, definition in declared.items()}
@@ -214,6 +220,12 @@ def _build(name: str, definition: Any) -> Schedule:
     if len(kinds) != 1:
         raise invalid("give exactly one of cron, fixed_rate and fixed_delay.")
     kind = kinds[0]
+    queue = definition.get("queue", "")
+    if queue and isinstance(app_settings.QUEUES, list | tuple):  # else E002 reports QUEUES
+        try:
+            check_queue(queue)
+        except UnknownQueue as exc:
+            raise invalid(exc.message) from exc
     try:
         targets = build_targets(
             **{key: definition[key] for key in TARGET_FIELDS if key in definition}
@@ -222,7 +234,7 @@ def _build(name: str, definition: Any) -> Schedule:
             name=name,
             task_name=definition.get("task", ""),
             payload=check_payload(definition.get("payload", {})),
-            queue=definition.get("queue", ""),
+            queue=queue,
             enabled=definition.get("enabled", True),
             kind=KINDS[kind],
             cron=definition[kind] if kind == "cron" else "",

@@ -229,6 +229,40 @@ def test_declared_durations_up_to_the_longest_pass():
         assert check_declared_schedules() == []
 
 
+@pytest.mark.parametrize("name", [1, None, ("a", "b")])
+def test_a_schedule_name_that_is_not_a_string_is_e020(name):
+    """1 passed the check, then every sync inserted "1" again (IntegrityError)."""
+    with declaring(
+        {"ok": {"task": TASK, "cron": "0 3 * * *"}, name: {"task": TASK, "cron": "0 0 * * *"}}
+    ):
+        errors = check_declared_schedules()
+        with pytest.raises(ValidationError) as caught:
+            sync_declared_schedules()
+
+    message = "SCHEDULER_APP['SCHEDULES'] names must be strings, not %r." % (name,)
+    assert errors == [Error(message, id="scheduler_app.E020")]
+    assert caught.value.message == message
+
+
+def test_a_schedule_on_a_queue_not_in_queues_is_e020():
+    """It passed the check and the sync, then every occurrence failed."""
+    with declaring({"nightly-report": {"task": TASK, "cron": "0 3 * * *", "queue": "nowhere"}}):
+        errors = check_declared_schedules()
+        with pytest.raises(ValidationError) as caught:
+            sync_declared_schedules()
+
+    message = prefix("nightly-report") + (
+        "Unknown queue 'nowhere'; SCHEDULER_APP['QUEUES'] lists: default, emails, slow."
+    )
+    assert errors == [Error(message, id="scheduler_app.E020")]
+    assert caught.value.message == message
+
+
+def test_a_schedule_on_a_listed_queue_passes():
+    with declaring({"nightly-report": {"task": TASK, "cron": "0 3 * * *", "queue": "slow"}}):
+        assert check_declared_schedules() == []
+
+
 def test_valid_declared_schedules_pass_the_check():
     with declaring(
         {
