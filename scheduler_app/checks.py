@@ -302,6 +302,8 @@ def _check_tasks_backend(alias: str, params: dict[str, Any]) -> list[Error]:
                 id="scheduler_app.E071",
             )
         ]
+    listed = app_settings.QUEUES
+    # Of any other type, E002 reports SCHEDULER_APP['QUEUES'], as check_task_queues leaves it.
     errors = [
         Error(
             "TASKS[%r] lists queue %r, which SCHEDULER_APP['QUEUES'] does not list."
@@ -310,7 +312,7 @@ def _check_tasks_backend(alias: str, params: dict[str, Any]) -> list[Error]:
             id="scheduler_app.E070",
         )
         for queue in sorted(queues, key=str)
-        if queue not in app_settings.QUEUES
+        if isinstance(listed, list | tuple) and queue not in listed
     ]
     if params.get("OPTIONS"):
         errors.append(

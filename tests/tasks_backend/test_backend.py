@@ -257,6 +257,18 @@ def test_checks_refuse_queues_scheduler_app_does_not_list():
         assert [error.id for error in check_tasks_backends()] == ["scheduler_app.E070"]
 
 
+@pytest.mark.parametrize("queues", [None, 5, True])
+def test_checks_leave_a_scheduler_app_queues_of_the_wrong_type_to_e002(queues):
+    """The comparison with SCHEDULER_APP['QUEUES'] crashed the check (TypeError)."""
+    tasks = {
+        "default": {"BACKEND": BACKEND, "QUEUES": ["default"]},
+        "options": {"BACKEND": BACKEND, "QUEUES": ["default"], "OPTIONS": {"X": 1}},
+    }
+    with override_settings(TASKS=tasks, SCHEDULER_APP={"QUEUES": queues}):
+        errors = check_tasks_backends()
+    assert [error.id for error in errors] == ["scheduler_app.E072"]
+
+
 def test_a_task_this_worker_cannot_import_waits_for_one_that_can_then_fails():
     """As with unknown tasks: handed back until UNKNOWN_TASK_GRACE after its time, then failed."""
     payload = {**Job.objects.get(pk=add.enqueue(1, 2).id).payload, "task": "tests.testapp.gone"}
