@@ -11,6 +11,8 @@ from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import validate_email
 from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
@@ -684,17 +686,31 @@ def check_feedback_settings(app_configs: Any = None, **kwargs: Any) -> list[Erro
             )
         )
     mailto = app_settings.UNSUBSCRIBE_MAILTO
-    if mailto is not None and (
-        not isinstance(mailto, str) or "@" not in mailto or any(c in mailto for c in "<>?, ")
-    ):
+    if mailto is not None and not _plain_address(mailto):
         problems.append(
             Error(
                 "SCHEDULER_APP['UNSUBSCRIBE_MAILTO'] must be a plain address such as "
-                "'unsubscribe@example.com'.",
+                "'unsubscribe@example.com', not %r." % (mailto,),
                 id="scheduler_app.E105",
             )
         )
     return problems
+
+
+def _plain_address(value: Any) -> bool:
+    """Return whether ``value`` is an email address alone, fit for a mailto: URL in a header:
+    no name, no control characters (a CR or LF fails every message), nothing URL-like."""
+    if (
+        not isinstance(value, str)
+        or any(c in value for c in '<>?,"\\ :')
+        or not value.isprintable()
+    ):
+        return False
+    try:
+        validate_email(value)
+    except DjangoValidationError:
+        return False
+    return True
 
 
 def _is_origin(base: Any) -> bool:

@@ -231,8 +231,9 @@ DESCRIPTIONS: dict[str, str] = {
         "header (warning `scheduler_app.W100`)."
     ),
     "UNSUBSCRIBE_MAILTO": (
-        "An address that receives unsubscribe requests by mail; when set, List-Unsubscribe "
-        "also offers `mailto:` with the token in the subject."
+        "An address that receives unsubscribe requests by mail (a plain address such as "
+        "`'unsubscribe@example.com'`: no name, spaces or control characters); when set, "
+        "List-Unsubscribe also offers `mailto:` with the token in the subject."
     ),
     "UNSUBSCRIBE_SCOPE": (
         "What an unsubscribe link stops: `'audience'` (the batch's audience, e.g. one "
