@@ -392,14 +392,22 @@ def check_operability(app_configs: Any = None, **kwargs: Any) -> list[Error | Wa
     notifiers = []
     for entry in entries:
         try:
-            notifiers.append(build_notifier(entry))
+            notifier = build_notifier(entry)
         except (ImportError, ValueError) as exc:
-            problems.append(
-                Error(
-                    "SCHEDULER_APP['ALERT_NOTIFIERS'] entry %r cannot be built: %s" % (entry, exc),
-                    id="scheduler_app.E044",
-                )
+            problem = str(exc)
+        except Exception as exc:  # whatever the class's constructor raises
+            problem = "%s: %s" % (type(exc).__name__, exc)
+        else:
+            if callable(getattr(notifier, "notify", None)):
+                notifiers.append(notifier)
+                continue
+            problem = "it has no notify() method"
+        problems.append(
+            Error(
+                "SCHEDULER_APP['ALERT_NOTIFIERS'] entry %r cannot be built: %s" % (entry, problem),
+                id="scheduler_app.E044",
             )
+        )
     if not any(getattr(n, "would_deliver", lambda: True)() for n in notifiers):
         problems.append(
             Warning(

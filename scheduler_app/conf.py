@@ -290,8 +290,10 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "ALERT_NOTIFIERS": (
         "Where alerts are delivered: dotted paths of notifier classes, or dicts "
-        '`{"class": path, **options}` (e.g. the `Webhook` notifier\'s `url`). The default '
-        "mails `ADMINS`; a system check warns (`scheduler_app.W040`) when none would deliver."
+        '`{"class": path, **options}` (e.g. the `Webhook` notifier\'s `url`, http(s), and '
+        "`timeout`, positive seconds); each must build and have a `notify()` method "
+        "(`scheduler_app.E044`). The default mails `ADMINS`; a system check warns "
+        "(`scheduler_app.W040`) when none would deliver."
     ),
     "ALERT_RENOTIFY_AFTER": (
         "Seconds after which an open alert nobody acknowledged is delivered again."

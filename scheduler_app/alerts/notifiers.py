@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import urllib.error
 import urllib.request
 from typing import Any, Protocol
@@ -86,8 +87,18 @@ class Webhook:
     """POST the alert as JSON (see ``alert_document``) to ``url``."""
 
     def __init__(self, url: str, timeout: float = 10.0, headers: dict[str, str] | None = None):
+        if not isinstance(url, str):
+            raise ValueError("the webhook url must be a string, not %r" % (url,))
         if not url.startswith(("http://", "https://")):
             raise ValueError("the webhook url must start with http:// or https://")
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 < timeout < math.inf
+        ):
+            raise ValueError(
+                "the webhook timeout must be a positive number of seconds, not %r" % (timeout,)
+            )
         self.url = url
         self.timeout = timeout
         self.headers = headers or {}

@@ -55,6 +55,63 @@ def test_bad_operability_settings_get_their_ids(changes, expected):
         assert ids(check_operability()) == expected
 
 
+WEBHOOK = "scheduler_app.alerts.notifiers.Webhook"
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"class": WEBHOOK, "url": None}, "the webhook url must be a string, not None"),
+        ({"class": WEBHOOK, "url": 5}, "the webhook url must be a string, not 5"),
+        (
+            {"class": WEBHOOK, "url": "ftp://example.com/"},
+            "the webhook url must start with http:// or https://",
+        ),
+        (
+            {"class": WEBHOOK, "url": "https://example.com/", "timeout": "abc"},
+            "the webhook timeout must be a positive number of seconds, not 'abc'",
+        ),
+        (
+            {"class": WEBHOOK, "url": "https://example.com/", "timeout": -1},
+            "the webhook timeout must be a positive number of seconds, not -1",
+        ),
+        (
+            {"class": WEBHOOK, "url": "https://example.com/", "timeout": math.inf},
+            "the webhook timeout must be a positive number of seconds, not inf",
+        ),
+        (
+            {"class": WEBHOOK, "url": "https://example.com/", "timeout": True},
+            "the webhook timeout must be a positive number of seconds, not True",
+        ),
+        ("os.path", "TypeError: 'module' object is not callable"),
+        (
+            "scheduler_app.alerts.notifiers.Notifier",
+            "TypeError: Protocols cannot be instantiated",
+        ),
+        ("builtins.object", "it has no notify() method"),
+    ],
+)
+def test_a_notifier_that_cannot_be_built_or_used_is_e044_naming_the_entry(entry, problem):
+    """These crashed the check (AttributeError, TypeError) or passed it and failed at
+    delivery."""
+    notifiers = ["scheduler_app.alerts.notifiers.MailAdmins", entry]
+    with with_settings(ALERT_NOTIFIERS=notifiers):
+        problems = check_operability()
+
+    assert [(p.id, p.msg) for p in problems] == [
+        (
+            "scheduler_app.E044",
+            "SCHEDULER_APP['ALERT_NOTIFIERS'] entry %r cannot be built: %s" % (entry, problem),
+        )
+    ]
+
+
+def test_a_webhook_with_an_http_url_and_a_positive_timeout_passes():
+    entry = {"class": WEBHOOK, "url": "https://example.com/hook", "timeout": 2.5}
+    with with_settings(ALERT_NOTIFIERS=[entry]):
+        assert check_operability() == []
+
+
 def test_no_notifier_that_would_deliver_is_a_warning():
     with override_settings(ADMINS=[]):
         problems = check_operability()
