@@ -29,6 +29,7 @@ POSITIVE_NUMBERS = (
     "DATABASE_UNAVAILABLE_TIMEOUT",
     "SUMMARY_INTERVAL",
     "SEND_CLAIM_SECONDS",
+    "LARGE_BATCH_WINDOW",
 )
 POSITIVE_INTEGERS = (
     "CONCURRENCY",
@@ -37,6 +38,8 @@ POSITIVE_INTEGERS = (
     "SEND_CHUNK_SIZE",
     "RECIPIENT_MAX_ATTEMPTS",
     "BREAKER_WINDOW",
+    "PROGRESS_LOG_EVERY",
+    "LARGE_BATCH",
 )
 DOMAIN_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?", re.IGNORECASE)
 
@@ -719,6 +722,77 @@ def _plain_address(value: Any) -> bool:
     except DjangoValidationError:
         return False
     return True
+
+
+@register(Tags.compatibility)
+def check_send_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Bulk sends: providers, the suppression check, the send queue, the checklist's relaxed
+    items and the dry-run's short-body limit (E110-E114); each failed only at send time."""
+    from scheduler_app.exceptions import UnknownQueue
+    from scheduler_app.registry import check_queue
+    from scheduler_app.sends.checklist import ITEM_NAMES
+
+    errors = []
+    providers = app_settings.PROVIDERS
+    if not isinstance(providers, dict) or not all(isinstance(name, str) for name in providers):
+        errors.append(
+            Error(
+                "SCHEDULER_APP['PROVIDERS'] must be a dict of provider name -> dotted path, "
+                "not %r." % (providers,),
+                id="scheduler_app.E110",
+            )
+        )
+    else:
+        errors.extend(
+            Error("SCHEDULER_APP['PROVIDERS'][%r] %s." % (name, problem), id="scheduler_app.E110")
+            for name, path in providers.items()
+            if (problem := _import_problem(path))
+        )
+    suppression = app_settings.SUPPRESSION_CHECK
+    if suppression is not None and (problem := _import_problem(suppression)):
+        errors.append(
+            Error("SCHEDULER_APP['SUPPRESSION_CHECK'] %s." % problem, id="scheduler_app.E111")
+        )
+    if isinstance(app_settings.QUEUES, list | tuple):  # else E002 reports QUEUES
+        try:
+            check_queue(app_settings.SEND_QUEUE)
+        except UnknownQueue as exc:
+            errors.append(
+                Error("SCHEDULER_APP['SEND_QUEUE']: %s" % exc.message, id="scheduler_app.E112")
+            )
+    relax = app_settings.CHECKLIST_RELAX
+    if not isinstance(relax, list | tuple):
+        problem = "must be a list of checklist item names, not %r" % (relax,)
+    else:
+        unknown = [name for name in relax if name not in ITEM_NAMES]
+        problem = "names unknown checklist item %r" % (unknown[0],) if unknown else ""
+    if problem:
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CHECKLIST_RELAX'] %s; the items are: %s."
+                % (problem, ", ".join(sorted(ITEM_NAMES))),
+                id="scheduler_app.E113",
+            )
+        )
+    if not is_integer(app_settings.DRY_RUN_SHORT_BODY, 0):
+        errors.append(
+            Error(
+                "SCHEDULER_APP['DRY_RUN_SHORT_BODY'] must be an integer >= 0 (0 flags no body).",
+                id="scheduler_app.E114",
+            )
+        )
+    return errors
+
+
+def _import_problem(path: Any) -> str:
+    """Return what is wrong with ``path`` as the dotted path of a class or function, or ''."""
+    if not isinstance(path, str) or not path:
+        return "must be a dotted path, not %r" % (path,)
+    try:
+        imported = import_string(path)
+    except Exception as exc:  # ImportError, or whatever the module raises
+        return "cannot be imported: %s" % exc
+    return "" if callable(imported) else "(%r) is not a class or callable" % path
 
 
 def _is_origin(base: Any) -> bool:

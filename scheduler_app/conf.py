@@ -161,8 +161,8 @@ DESCRIPTIONS: dict[str, str] = {
         "a rolling deploy the highest version's declarations win (see [Deploys](../deploys.md))."
     ),
     "SCHEDULER_INTERVAL": ("Seconds between a worker's looks for due schedule occurrences."),
-    "PROVIDERS": ("Provider name to dotted class path."),
-    "SEND_QUEUE": ("The queue send jobs run on."),
+    "PROVIDERS": ("Provider name to dotted class path; each path must import."),
+    "SEND_QUEUE": ("The queue send jobs run on; one of `QUEUES`."),
     "SEND_LANES": ("Jobs per batch, so several workers share one send."),
     "SEND_CHUNK_SIZE": (
         "The most recipients a lane claims at once (it sends them one at a time). Lanes "
@@ -198,13 +198,19 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "PROGRESS_LOG_EVERY": ("A progress log line every N recipients."),
     "SUPPRESSION_CHECK": (
-        "Dotted path to `f(addresses, batch) -> {address: reason}`: recipients to skip at "
-        "send time."
+        "`None`, or the dotted path (it must import) to `f(addresses, batch) -> {address: "
+        "reason}`: recipients to skip at send time."
     ),
     "LARGE_BATCH": ("Checklist: no two batches of at least this many recipients ..."),
     "LARGE_BATCH_WINDOW": ("... scheduled within this many seconds of each other."),
-    "CHECKLIST_RELAX": ("Checklist items that do not block scheduling."),
-    "DRY_RUN_SHORT_BODY": ("Dry-runs flag bodies shorter than this."),
+    "CHECKLIST_RELAX": (
+        "A list of the checklist items that do not block scheduling, by name "
+        "(`audience_within_limit`, `dry_run_clean`, `seed_sent`, `schedule_unambiguous`, "
+        "`no_other_large_batch`)."
+    ),
+    "DRY_RUN_SHORT_BODY": (
+        "Dry-runs flag bodies shorter than this many characters (an integer >= 0; 0 flags none)."
+    ),
     "MESSAGE_ID_DOMAIN": (
         "The domain of the Message-IDs the `email` provider sets (`<hash of the idempotency "
         "key>@domain`), the same on every host so a re-send after a crash carries the same "

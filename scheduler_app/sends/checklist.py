@@ -24,6 +24,15 @@ from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import SendBatch
 
+#: The names of the checklist items, in the order of the module docstring.
+ITEM_NAMES = (
+    "audience_within_limit",
+    "dry_run_clean",
+    "seed_sent",
+    "schedule_unambiguous",
+    "no_other_large_batch",
+)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckItem:
