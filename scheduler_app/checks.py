@@ -17,7 +17,7 @@ from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from scheduler_app.bounds import SETTING_BOUNDS, out_of_bounds
-from scheduler_app.conf import DEFAULTS, MAX_INTEGER, app_settings, is_integer, message_id_domain
+from scheduler_app.conf import DEFAULTS, app_settings, is_integer, message_id_domain
 from scheduler_app.registry import all_tasks
 from scheduler_app.targets import as_duration
 
@@ -120,11 +120,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
 
-    # Schedule.declared_version is an integer column.
-    if not is_integer(app_settings.SCHEDULES_VERSION, 0):
+    # The upper bound (Schedule.declared_version is an integer column) is E007's.
+    if not is_integer(app_settings.SCHEDULES_VERSION, 0, math.inf):
         errors.append(
             Error(
-                "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer from 0 to %d." % MAX_INTEGER,
+                "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer, at least 0.",
                 id="scheduler_app.E006",
             )
         )
@@ -134,11 +134,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 def _check_task_defaults() -> list[Error]:
     """DEFAULT_MAX_ATTEMPTS (E004) and DEFAULT_TIMEOUT (E008), by the rules registry uses."""
     errors = []
-    if not is_integer(app_settings.DEFAULT_MAX_ATTEMPTS, 1):
+    if not is_integer(app_settings.DEFAULT_MAX_ATTEMPTS, 1, math.inf):  # E007: the most
         errors.append(
             Error(
-                "SCHEDULER_APP['DEFAULT_MAX_ATTEMPTS'] must be an integer from 1 to %d."
-                % MAX_INTEGER,
+                "SCHEDULER_APP['DEFAULT_MAX_ATTEMPTS'] must be an integer, at least 1.",
                 id="scheduler_app.E004",
             )
         )
@@ -774,7 +773,7 @@ def check_send_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
                 id="scheduler_app.E113",
             )
         )
-    if not is_integer(app_settings.DRY_RUN_SHORT_BODY, 0):
+    if not is_integer(app_settings.DRY_RUN_SHORT_BODY, 0, math.inf):  # E007: the most
         errors.append(
             Error(
                 "SCHEDULER_APP['DRY_RUN_SHORT_BODY'] must be an integer >= 0 (0 flags no body).",

@@ -13,6 +13,8 @@ from typing import Any
 from django.conf import settings
 from django.core.signals import setting_changed
 
+from scheduler_app.bounds import LARGEST_INTEGER
+
 DEFAULTS: dict[str, Any] = {
     # Queues a job may be scheduled on; anything else is refused.
     "QUEUES": ["default"],
@@ -388,11 +390,7 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
-#: The largest value of a database integer column (PostgreSQL's integer).
-MAX_INTEGER = 2**31 - 1
-
-
-def is_integer(value: Any, low: int, high: int = MAX_INTEGER) -> bool:
+def is_integer(value: Any, low: int, high: float = LARGEST_INTEGER) -> bool:
     """Return whether ``value`` is an int (not a bool) from ``low`` to ``high``."""
     return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
 

@@ -44,9 +44,8 @@ from django.utils.dateparse import parse_datetime
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.exceptions import UnknownQueue, ValidationError
+from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
-from scheduler_app.registry import check_queue
 from scheduler_app.retention import builtin_schedule
 from scheduler_app.scheduling import check_payload
 from scheduler_app.targets import TARGET_FIELDS, as_duration, build_targets
@@ -221,11 +220,6 @@ def _build(name: str, definition: Any) -> Schedule:
         raise invalid("give exactly one of cron, fixed_rate and fixed_delay.")
     kind = kinds[0]
     queue = definition.get("queue", "")
-    if queue and isinstance(app_settings.QUEUES, list | tuple):  # else E002 reports QUEUES
-        try:
-            check_queue(queue)
-        except UnknownQueue as exc:
-            raise invalid(exc.message) from exc
     try:
         targets = build_targets(
             **{key: definition[key] for key in TARGET_FIELDS if key in definition}

@@ -10,14 +10,14 @@ from django.test import override_settings
 from scheduler_app.checks import check_settings
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, "2", True, None, 2**31, 10**20])
+@pytest.mark.parametrize("value", [-1, 1.5, "2", True, None])
 def test_e006_refuses_a_schedules_version_that_is_not_an_integer_from_zero(value):
     with override_settings(SCHEDULER_APP={**settings.SCHEDULER_APP, "SCHEDULES_VERSION": value}):
         errors = check_settings()
     assert [(e.id, e.msg) for e in errors] == [
         (
             "scheduler_app.E006",
-            "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer from 0 to 2147483647.",
+            "SCHEDULER_APP['SCHEDULES_VERSION'] must be an integer, at least 0.",
         )
     ]
 

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.test import override_settings
 
 from scheduler_app import registry
-from scheduler_app.checks import check_settings
+from scheduler_app.checks import check_numeric_bounds, check_settings
 
 
 def with_setting(**changes):
@@ -69,9 +69,8 @@ def test_a_default_timeout_of_none_or_positive_seconds_passes(register, value, t
         assert register().timeout == timeout
 
 
-@pytest.mark.parametrize("value", ["abc", None, True, 0, -1, 1.5, 2**31, math.nan])
+@pytest.mark.parametrize("value", ["abc", None, True, 0, -1, 1.5, math.nan])
 def test_a_bad_default_max_attempts_is_e004_and_tasks_get_the_built_in_default(register, value):
-    """2**31 passed the check, then every schedule() failed: max_attempts is an integer column."""
     with with_setting(DEFAULT_MAX_ATTEMPTS=value):
         errors = check_settings()
         spec = register()
@@ -79,7 +78,24 @@ def test_a_bad_default_max_attempts_is_e004_and_tasks_get_the_built_in_default(r
     assert [(e.id, e.msg) for e in errors] == [
         (
             "scheduler_app.E004",
-            "SCHEDULER_APP['DEFAULT_MAX_ATTEMPTS'] must be an integer from 1 to 2147483647.",
+            "SCHEDULER_APP['DEFAULT_MAX_ATTEMPTS'] must be an integer, at least 1.",
+        )
+    ]
+    assert spec.max_attempts == 3
+
+
+def test_a_default_max_attempts_past_the_integer_column_is_e007_and_tasks_get_the_default(
+    register,
+):
+    """2**31 passed the check, then every schedule() failed: max_attempts is an integer column."""
+    with with_setting(DEFAULT_MAX_ATTEMPTS=2**31):
+        errors = check_settings() + check_numeric_bounds()
+        spec = register()
+
+    assert [(e.id, e.msg) for e in errors] == [
+        (
+            "scheduler_app.E007",
+            "SCHEDULER_APP['DEFAULT_MAX_ATTEMPTS'] must be at most 2147483647, not 2147483648.",
         )
     ]
     assert spec.max_attempts == 3

@@ -155,10 +155,6 @@ def prefix(name):
             "interval: A fixed rate or fixed delay schedule needs an interval of at least 1 "
             "second.",
         ),
-        (
-            {"task": TASK, "cron": "0 3 * * *", "queue": "nope"},
-            "queue: Unknown queue 'nope'; SCHEDULER_APP['QUEUES'] lists: default, emails, slow.",
-        ),
         ({"task": TASK, "fixed_rate": "5m"}, "fixed_rate must be a number of seconds"),
         (
             {"task": TASK, "fixed_rate": 60, "start_at": "2026-06-01 10:00"},
@@ -252,7 +248,7 @@ def test_a_schedule_on_a_queue_not_in_queues_is_e020():
             sync_declared_schedules()
 
     message = prefix("nightly-report") + (
-        "Unknown queue 'nowhere'; SCHEDULER_APP['QUEUES'] lists: default, emails, slow."
+        "queue: Unknown queue 'nowhere'; SCHEDULER_APP['QUEUES'] lists: default, emails, slow."
     )
     assert errors == [Error(message, id="scheduler_app.E020")]
     assert caught.value.message == message
