@@ -35,6 +35,8 @@ LONGEST_DAYS = LONGEST_DURATION.days
 #: Integer settings: PostgreSQL's ``integer``, the smallest column any of them reaches
 #: (jobs' max_attempts, batches' breaker_window, schedules' declared_version).
 LARGEST_INTEGER = 2**31 - 1
+#: PRUNE_MAX_ROWS: PruneRun.max_rows is a bigint column (a table can hold billions of rows).
+LARGEST_BIGINT = 2**63 - 1
 #: Jobs one worker runs at once, each in a thread with its own database connection.
 MOST_CONCURRENCY = 1000
 #: The lease is renewed every third of it: a 1 s lease leaves 2/3 s for a renewal's
@@ -159,7 +161,11 @@ SETTING_BOUNDS: dict[str, Bound] = {
     "RETENTION_WORKERS_DAYS": DAYS,
     "RETENTION_ALERTS_DAYS": DAYS,
     "PRUNE_BATCH_SIZE": INTEGER,
-    "PRUNE_MAX_ROWS": INTEGER,
+    "PRUNE_MAX_ROWS": dataclasses.replace(
+        INTEGER,
+        most=LARGEST_BIGINT,
+        why="Larger numbers do not fit the prune log's bigint column.",
+    ),
 }
 
 

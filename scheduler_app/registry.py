@@ -154,7 +154,7 @@ def check_queue(name: str) -> None:
     if name not in app_settings.QUEUES:
         raise UnknownQueue(
             "Unknown queue %r; SCHEDULER_APP['QUEUES'] lists: %s."
-            % (name, ", ".join(app_settings.QUEUES))
+            % (name, ", ".join(map(str, app_settings.QUEUES)))
         )
 
 
@@ -170,7 +170,7 @@ def default_max_attempts() -> int:
 
 def default_timeout() -> dt.timedelta | None:
     """Return DEFAULT_TIMEOUT as a timedelta (None: no limit), or the built-in default
-    (None) while it is invalid, which check E007 reports (see default_max_attempts)."""
+    (None) while it is invalid, which check E008 reports (see default_max_attempts)."""
     try:
         return as_duration(app_settings.DEFAULT_TIMEOUT, "DEFAULT_TIMEOUT")
     except ValueError:

@@ -68,25 +68,31 @@ CANCEL_LABELS = {
 }
 
 
-def run_pending_now(pending: QuerySet, *, now: dt.datetime) -> tuple[int, int]:
-    """Move ``pending`` jobs to ``now``, but never into an undo window; return (moved, held).
+def run_pending_now(pending: QuerySet, *, now: dt.datetime) -> tuple[list[int], list[int]]:
+    """Move ``pending`` jobs to ``now``, but never into an undo window; return the ids
+    (moved, held).
 
     A job inside its undo window (plus UNDO_SAFETY_MARGIN) is held to the
-    window's end; a send lane keeps its batch's window. Each UPDATE is
-    guarded by the caller's ``status = pending`` filter.
+    window's end; a send lane keeps its batch's window. The caller locks the
+    rows (and ``pending`` filters on ``status = pending``), so what is listed
+    is what is updated.
     """
     margin = dt.timedelta(seconds=app_settings.UNDO_SAFETY_MARGIN)
-    jobs = pending.exclude(task_name=SEND_BATCH_TASK)
     in_window = Q(undo_deadline__gt=now - margin)
-    held = jobs.filter(in_window).update(run_at=F("undo_deadline") + margin)
-    moved = jobs.exclude(in_window).update(run_at=now)
+    jobs = pending.exclude(task_name=SEND_BATCH_TASK)
+    held = list(jobs.filter(in_window).values_list("pk", flat=True))
+    moved = list(jobs.exclude(in_window).values_list("pk", flat=True))
+    pending.filter(pk__in=held).update(run_at=F("undo_deadline") + margin)
     lanes = pending.filter(task_name=SEND_BATCH_TASK)
     batches = {payload["batch"] for payload in lanes.values_list("payload", flat=True)}
     windows = SendBatch.objects.filter(pk__in=batches).filter(in_window)
     for batch_id, deadline in windows.values_list("pk", "undo_deadline"):
-        held += lanes.filter(payload__batch=batch_id).update(run_at=deadline + margin)
+        batch_lanes = lanes.filter(payload__batch=batch_id)
+        held += batch_lanes.values_list("pk", flat=True)
+        batch_lanes.update(run_at=deadline + margin)
         batches.discard(batch_id)
-    moved += lanes.filter(payload__batch__in=batches).update(run_at=now)
+    moved += lanes.filter(payload__batch__in=batches).values_list("pk", flat=True)
+    pending.filter(pk__in=moved).update(run_at=now)
     return moved, held
 
 
@@ -263,12 +269,14 @@ class JobAdmin(SchedulerModelAdmin):
     def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
         selected = list(queryset.filter(status=Job.Status.PENDING).values_list("pk", flat=True))
         with transaction.atomic():
-            # Locked, so that each job the history names is one that was moved: a worker
-            # cannot claim it in between.
+            # Locked first (the list takes the locks): a worker cannot claim a job between
+            # run_pending_now's lists and its updates, so the history names what moved.
             pending = Job.objects.filter(pk__in=selected, status=Job.Status.PENDING)
-            moved_pks = list(pending.select_for_update().values_list("pk", flat=True))
-            moved, held = run_pending_now(pending, now=clock.now())
+            list(pending.select_for_update().values_list("pk", flat=True))
+            moved_pks, held_pks = run_pending_now(pending, now=clock.now())
         self.log_changes(request, moved_pks, "Run now.")
+        self.log_changes(request, held_pks, "Run at the end of its undo window.")
+        moved, held = len(moved_pks), len(held_pks)
         counts = {"moved": moved, "held": held, "skipped": queryset.count() - moved - held}
         report_counts(
             request,

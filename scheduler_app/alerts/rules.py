@@ -31,7 +31,11 @@ from scheduler_app.models import (
 from scheduler_app.registry import all_tasks
 from scheduler_app.schedules.recurrence import occurrences_after
 from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
-from scheduler_app.sends.stale import STALE_MESSAGES, stale_messages_summary
+from scheduler_app.sends.stale import (
+    STALE_MESSAGES,
+    refused_messages,
+    stale_messages_summary,
+)
 from scheduler_app.sends.states import STALE_PREFIX
 from scheduler_app.targets import CADENCE_SLACK, NO_TARGETS, Targets
 
@@ -39,7 +43,6 @@ Kind = Alert.Kind
 #: The lateness target is compared with the p95 over this window.
 LATENESS_WINDOW = dt.timedelta(hours=24)
 #: A single message the stale-send guard refused stays an alert this long (or until retried).
-STALE_MESSAGE_WINDOW = dt.timedelta(days=7)
 #: A batch's complaints and bounces are alerted on while they are this recent.
 FEEDBACK_ALERT_WINDOW = dt.timedelta(days=7)
 #: Gaps between this many next occurrences give a cron schedule's longest period.
@@ -433,12 +436,7 @@ def stale_send(situation: Situation) -> list[Finding]:
 
 
 def _stale_messages(situation: Situation) -> list[Finding]:
-    refused = Job.objects.filter(
-        task_name=SEND_MESSAGE_TASK,
-        status=Job.Status.FAILED,
-        finished_at__gte=situation.now - STALE_MESSAGE_WINDOW,
-        last_error__startswith="StaleSend: %s" % STALE_PREFIX,
-    )
+    refused = refused_messages(SEND_MESSAGE_TASK, situation.now)
     latest = refused.order_by("-finished_at", "-pk").values_list("pk", "last_error").first()
     if latest is None:
         return []

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.db.models import QuerySet
+
+from scheduler_app import clock
 from scheduler_app.alerts.links import admin_link
 from scheduler_app.alerts.store import open_alert, resolve_alert
 from scheduler_app.conf import app_settings
 from scheduler_app.db import database_now
 from scheduler_app.exceptions import StaleSend
-from scheduler_app.models import Alert, Recipient, SendBatch
+from scheduler_app.models import Alert, Job, Recipient, SendBatch
 from scheduler_app.registry import JobContext
 from scheduler_app.sends import states
 
@@ -78,6 +81,19 @@ def message_late_by(job: JobContext) -> dt.timedelta | None:
 #: The subject of the one stale_send alert every refused single message shares: an outage
 #: longer than STALE_SEND_AFTER can refuse thousands of queued messages.
 STALE_MESSAGES = "messages"
+#: How long a refused message (not retried) counts in that alert.
+STALE_MESSAGE_WINDOW = dt.timedelta(days=7)
+
+
+def refused_messages(task_name: str, now: dt.datetime) -> QuerySet[Job]:
+    """Return the single messages (jobs of ``task_name``) the guard refused in the last
+    STALE_MESSAGE_WINDOW, that nobody retried since."""
+    return Job.objects.filter(
+        task_name=task_name,
+        status=Job.Status.FAILED,
+        finished_at__gte=now - STALE_MESSAGE_WINDOW,
+        last_error__startswith="StaleSend: %s" % states.STALE_PREFIX,
+    )
 
 
 def stale_messages_summary(count: int, latest_job_id: int, error: str) -> str:
@@ -91,10 +107,7 @@ def stale_messages_summary(count: int, latest_job_id: int, error: str) -> str:
 
 
 def refuse_stale_message(job: JobContext, late: dt.timedelta) -> StaleSend:
-    """Open (or refresh) the stale messages' alert; return the error the job fails with.
-
-    The count is the evaluator's to keep (rules.stale_send): this job is not failed yet.
-    """
+    """Open (or refresh) the stale messages' alert; return the error the job fails with."""
     error = StaleSend(
         "%s the message would start %s after its scheduled time (STALE_SEND_AFTER is %ss); "
         "retry the job to send it anyway."
@@ -104,11 +117,13 @@ def refuse_stale_message(job: JobContext, late: dt.timedelta) -> StaleSend:
             app_settings.STALE_SEND_AFTER,
         )
     )
+    count = refused_messages(job.task_name, clock.now()).count() + 1  # this one is not failed yet
     open_alert(
         kind=Alert.Kind.STALE_SEND,
         subject=STALE_MESSAGES,
-        summary=stale_messages_summary(1, job.job_id, str(error)),
+        summary=stale_messages_summary(count, job.job_id, str(error)),
         numbers={
+            "messages": count,
             "latest_job": job.job_id,
             "late_seconds": round(late.total_seconds(), 3),
             "stale_send_after_seconds": app_settings.STALE_SEND_AFTER,

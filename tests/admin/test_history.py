@@ -31,15 +31,16 @@ def history(obj):
 
 def test_cancel_run_now_and_retry_write_the_history_of_the_jobs_they_changed(admin, make_job):
     pending, running, failed = make_job(), make_job(Job.Status.RUNNING), make_job("failed")
-    later = make_job()
+    later, undoable = make_job(), make_job(undo_window=600)
 
     post_action(admin, "job", "cancel_jobs", [pending, running])
-    post_action(admin, "job", "run_now", [later, failed])
+    post_action(admin, "job", "run_now", [later, failed, undoable])
     post_action(admin, "job", "retry_failed", [failed, pending])
 
     assert history(pending) == [("root", CHANGE, "Cancelled.")]
     assert history(running) == []  # too late: it is running
     assert history(later) == [("root", CHANGE, "Run now.")]
+    assert history(undoable) == [("root", CHANGE, "Run at the end of its undo window.")]
     assert history(failed) == [("root", CHANGE, "Retried: one more attempt.")]
     page = admin.get(reverse("admin:scheduler_app_job_history", args=[pending.pk]))
     assert "Cancelled." in page.content.decode()

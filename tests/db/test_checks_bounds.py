@@ -38,7 +38,7 @@ TOO_LARGE = [
     # OverflowError in run_lane.
     ("BREAKER_WINDOW", 10**30, "at most 2147483647"),
     # DataError: bigint out of range.
-    ("PRUNE_MAX_ROWS", 2**63, "at most 2147483647"),
+    ("PRUNE_MAX_ROWS", 2**63, "at most 9223372036854775807"),
     # RuntimeError: can't start new thread.
     ("CONCURRENCY", 10**30, "from 1 to 1000"),
 ]
@@ -81,7 +81,10 @@ def test_a_value_out_of_bounds_is_e007_naming_the_key_and_the_bound(name, value,
         {"LEASE_SECONDS": 1, "POLL_INTERVAL": 0.05},
         {"LEASE_SECONDS": 315532800, "ALERT_RENOTIFY_AFTER": 315532800.0},
         {"RETENTION_JOBS_DAYS": 3652, "RETENTION_ALERTS_DAYS": 3652.0},
-        {"BREAKER_WINDOW": 2**31 - 1, "PRUNE_MAX_ROWS": 2**31 - 1, "CONCURRENCY": 1000},
+        {"BREAKER_WINDOW": 2**31 - 1, "CONCURRENCY": 1000},
+        # A bigint column: a breaker of five billion rows was valid before E007 existed.
+        {"PRUNE_MAX_ROWS": 5_000_000_000},
+        {"PRUNE_MAX_ROWS": 2**63 - 1},
         {"UNDO_SAFETY_MARGIN": 0, "RETENTION_JOBS_DAYS": None},
     ],
 )
@@ -147,5 +150,5 @@ def test_scheduler_prune_max_rows_has_the_bound_of_prune_max_rows():
         call_command("scheduler_prune", "--dry-run", "--max-rows", str(2**63))
 
     assert str(raised.value) == (
-        "Error: argument --max-rows: must be from 1 to 2147483647, got %s" % 2**63
+        "Error: argument --max-rows: must be from 1 to 9223372036854775807, got %s" % 2**63
     )

@@ -110,6 +110,20 @@ def test_a_send_queue_in_queues_passes_and_bad_queues_are_left_to_e002():
         assert check_send_settings() == []
 
 
+def test_a_queue_name_that_is_not_a_string_does_not_crash_the_send_queue_check():
+    """E002 reports such a QUEUES; naming the queues in E112's message raised TypeError."""
+    with with_setting(QUEUES=["default", 5], SEND_QUEUE="sends"):
+        errors = check_send_settings()
+
+    assert messages(errors) == [
+        (
+            "scheduler_app.E112",
+            "SCHEDULER_APP['SEND_QUEUE']: Unknown queue 'sends'; SCHEDULER_APP['QUEUES'] lists: "
+            "default, 5.",
+        )
+    ]
+
+
 @pytest.mark.parametrize(
     ("value", "problem"),
     [

@@ -153,6 +153,9 @@ def test_an_outage_that_leaves_many_messages_stale_opens_one_alert_not_one_per_m
                 finished_at=T0,
                 last_error="StaleSend: stale: the message would start 2:00:00 late",
             )
+        # Each refusal counts what was refused before it (the evaluator's count is kept).
+        [alert] = stale_alerts().values()
+        assert (alert.numbers["messages"], alert.numbers["latest_job"]) == (5, 45)
         with django_capture_on_commit_callbacks(execute=True):
             evaluate()
 

@@ -189,7 +189,7 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError("--metrics-port: %s" % exc) from exc
         metrics = WorkerMetrics(worker_id)
-        address = options["metrics_address"] or "127.0.0.1"
+        address = "127.0.0.1" if options["metrics_address"] is None else options["metrics_address"]
         try:
             metrics.serve(options["metrics_port"], address)
         except OSError as exc:
