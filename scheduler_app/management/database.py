@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection
-from django.db.migrations.loader import MigrationLoader
+from django.db.migrations.executor import MigrationExecutor
 
 APP = "scheduler_app"
 
@@ -22,21 +22,25 @@ def database_ready() -> None:
 def check_migrated() -> None:
     """Raise CommandError unless every scheduler_app migration is applied (a database
     that answers but was never migrated, or is older than this code)."""
-    loader = MigrationLoader(connection)
-    graph, applied = loader.graph, loader.applied_migrations
-    missing = sorted(
-        {
-            name
-            for leaf in graph.leaf_nodes(APP)
-            for app, name in graph.forwards_plan(leaf)
-            if app == APP and (app, name) not in applied
-        }
-    )
+    missing = unapplied_migrations(APP)
     if missing:
         raise CommandError(
             "The database has not been migrated: %s of %s's migrations are not applied "
-            "(the first: %s). Run manage.py migrate first." % (len(missing), APP, missing[0])
+            "(the first: %s). Run manage.py migrate first."
+            % (len(missing), APP, missing[0].split(".", 1)[1])
         )
+
+
+def unapplied_migrations(app_label: str | None = None) -> list[str]:
+    """Return "app.name" of each migration not applied yet, in the order migrate would
+    apply them: those of ``app_label``, or of every app."""
+    executor = MigrationExecutor(connection)
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes(app_label))
+    return [
+        "%s.%s" % (migration.app_label, migration.name)
+        for migration, _ in plan
+        if app_label is None or migration.app_label == app_label
+    ]
 
 
 def one_line(exc: Exception) -> str:

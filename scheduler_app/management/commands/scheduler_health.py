@@ -15,11 +15,11 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError, connection
-from django.db.migrations.executor import MigrationExecutor
 
 from scheduler_app.alerts.evaluator import evaluate
 from scheduler_app.alerts.notifiers import alert_document
 from scheduler_app.db import database_now
+from scheduler_app.management.database import unapplied_migrations
 from scheduler_app.models import Alert
 
 OK, FAILING, UNKNOWN = 0, 1, 2
@@ -76,11 +76,9 @@ def check_liveness() -> tuple[int, dict[str, Any]]:
 
 def check_readiness() -> tuple[int, dict[str, Any]]:
     database_now()
-    executor = MigrationExecutor(connection)
-    unapplied = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    unapplied = unapplied_migrations()
     if unapplied:
-        names = ["%s.%s" % (m.app_label, m.name) for m, _ in unapplied]
-        return FAILING, {"database": connection.vendor, "unapplied_migrations": names}
+        return FAILING, {"database": connection.vendor, "unapplied_migrations": unapplied}
     return OK, {"database": connection.vendor}
 
 
