@@ -539,7 +539,12 @@ def _number(value: Any) -> bool:
     NaN passes every comparison the checks make (``nan <= 0`` is false), and an
     infinite lease or interval never expires.
     """
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float (10**400)
+        return False
 
 
 @register(Tags.compatibility)

@@ -47,6 +47,9 @@ def test_max_in_flight_must_be_a_positive_integer_e062(value):
     ]
 
 
-@pytest.mark.parametrize("value", [0, -5, True, "300", float("nan"), float("inf")])
+@pytest.mark.parametrize(
+    "value",
+    [0, -5, True, "300", float("nan"), float("inf"), pytest.param(10**400, id="too-big-a-float")],
+)
 def test_max_broker_wait_must_be_a_positive_number_e063(value):
     assert [e[0] for e in celery_errors(CELERY_MAX_BROKER_WAIT=value)] == ["scheduler_app.E063"]

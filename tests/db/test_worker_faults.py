@@ -48,6 +48,23 @@ def raises(ctx):
     raise ValueError(MESSAGES[ctx.payload["kind"]])
 
 
+class UnprintableBase(BaseException):
+    """A BaseException whose message cannot be read: str() raises."""
+
+    def __str__(self):
+        raise RuntimeError("str broke")
+
+
+class UnprintableError(Exception):
+    def __str__(self):
+        raise RuntimeError("str broke")
+
+
+@task(name="tests.faults.unprintable", max_attempts=2)
+def unprintable(ctx):
+    raise {"base": UnprintableBase, "error": UnprintableError}[ctx.payload["kind"]]()
+
+
 # --- 1. outcomes the database cannot store ----------------------------------------------------
 
 
@@ -113,6 +130,35 @@ def test_unstorable_results_and_errors_do_not_poison_the_batch(caplog):
         % (jobs[name].pk, stored[name].result["unstorable_result"])
         for name in ("nul", "surrogate", "object")
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_exception_whose_message_cannot_be_read_fails_its_job_not_the_worker():
+    """str() of the exception raises: the worker used to die formatting it (a BaseException)
+    or record the formatting error instead of a retry (an Exception)."""
+    base = schedule("tests.faults.unprintable", {"kind": "base"})
+    error = schedule("tests.faults.unprintable", {"kind": "error"})
+
+    with running_worker(concurrency=2) as worker:
+        wait_for_status(base, Status.FAILED, timeout=10)
+        retried = wait_until(
+            lambda: (
+                Job.objects.filter(pk=error.pk, attempts=1).exclude(status=Status.RUNNING).first()
+            ),
+            timeout=10,
+            message="the unprintable Exception's first attempt to end",
+        )
+        after = wait_for_status(schedule("tests.faults.returns", {"n": 2}), Status.SUCCEEDED)
+        assert not worker.stopping
+
+    base = Job.objects.get(pk=base.pk)
+    assert base.attempts == 1
+    assert base.last_error.startswith("UnprintableBase: <the message could not be read:")
+    assert "Traceback" in base.last_error
+    # An Exception is retried by the task's policy, described by its own type.
+    assert (retried.status, retried.attempts) == (Status.PENDING, 1)
+    assert retried.last_error.startswith("UnprintableError: <the message could not be read:")
+    assert Job.objects.get(pk=after.pk).result == {"ok": {"n": 2}}
 
 
 @pytest.mark.postgres_only
