@@ -27,6 +27,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from scheduler_app import clock
+from scheduler_app.bounds import LARGEST_INTEGER
 from scheduler_app.conf import app_settings
 from scheduler_app.db import database_now, has_lone_surrogate, in_lists, notify_jobs_scheduled
 from scheduler_app.exceptions import (
@@ -276,6 +277,10 @@ def _build_job(
     attempts = max_attempts if max_attempts is not None else spec.max_attempts
     if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
         raise ValidationError("max_attempts must be a positive integer; got %r." % (attempts,))
+    if attempts > LARGEST_INTEGER:
+        raise ValidationError(
+            "max_attempts must be at most %s; got %r." % (LARGEST_INTEGER, attempts)
+        )
     unique_key = request.unique_key
     if unique_key is not None and (
         not isinstance(unique_key, str) or not unique_key or len(unique_key) > 255

@@ -642,6 +642,20 @@ def test_priority_at_the_limits_is_accepted(priority):
 
 
 @pytest.mark.django_db
+def test_max_attempts_past_the_column_is_refused_before_the_insert():
+    """2**31 was a DataError from the INSERT, which a caller's ``except ValidationError``
+    does not catch."""
+    assert_raises_exactly(
+        ValidationError,
+        "max_attempts must be at most 2147483647; got 2147483648.",
+        schedule,
+        NOOP,
+        max_attempts=2**31,
+    )
+    assert stored(schedule(NOOP, max_attempts=2**31 - 1)).max_attempts == 2**31 - 1
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("max_attempts", [0, -1, True, "3"])
 def test_max_attempts_not_a_positive_integer_is_refused(max_attempts):
     assert_raises_exactly(
