@@ -19,6 +19,7 @@ from scheduler_app.exceptions import ValidationError as SchedulerValidationError
 from scheduler_app.feedback.suppressions import storable_address
 from scheduler_app.models import Job, SendBatch, Suppression
 from scheduler_app.sends.batches import batch_progress, check_pause_reason
+from scheduler_app.sends.rendering import LINE_BREAKS
 
 
 class TextPattern(RegexValidator):
@@ -45,7 +46,7 @@ NOT_BLANK = TextPattern(
 )
 #: One line, not blank (a header); no NUL.
 ONE_LINE = TextPattern(
-    r"\A[^\x00\r\n]*[^\x00\r\n%s][^\x00\r\n]*\Z" % _SPACE,
+    r"\A[^\x00%s]*[^\x00%s][^\x00%s]*\Z" % (LINE_BREAKS, _SPACE, LINE_BREAKS),
     message="Must be a single line, not blank.",
 )
 

@@ -17,6 +17,7 @@ project context processors, autoescape only for HTML). Fail closed:
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,10 @@ _ENGINE = Engine(string_if_invalid=_MISSING, autoescape=False)
 _HTML_ENGINE = Engine(string_if_invalid=_MISSING, autoescape=True)
 EMPTY_OK_FILTERS = {"default", "default_if_none"}
 LEFTOVER_SYNTAX = ("{{", "{%", "}}", "%}")
+#: What str.splitlines() splits on, as a regex class body: Python's email package splits a
+#: header on each of these, so a subject holding one cannot be sent.
+LINE_BREAKS = r"\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029"
+_LINE_BREAK = re.compile("[%s]" % LINE_BREAKS)
 #: Tags that decide whether their content renders: an empty variable inside is theirs.
 CONDITIONAL_NODES = (IfNode, ForNode, IfChangedNode)
 
@@ -90,7 +95,7 @@ class MessageTemplate:
         if not to:
             raise RenderError("The recipient has no address.")
         subject = _render(self.subject, context, "subject")
-        if "\n" in subject or "\r" in subject:
+        if _LINE_BREAK.search(subject):
             raise RenderError("The subject renders with a line break.")
         return Message(
             to=to,

@@ -66,6 +66,10 @@ def test_the_undo_window_defaults_to_ten_seconds(api):
         ({"subject": ""}, "subject"),
         ({"subject": "   "}, "subject"),
         ({"subject": "Hello\nBcc: eve@example.com"}, "subject"),
+        # Python's email package splits a header on these too (str.splitlines()).
+        ({"subject": "Hello\x0bBcc: eve@example.com"}, "subject"),
+        ({"subject": "Hello\x1cX"}, "subject"),
+        ({"subject": "Hello\u2028X"}, "subject"),
         ({"text": ""}, "text"),
         ({"text": "a\x00b"}, "text"),
         ({"undo_seconds": -1}, "undo_seconds"),
