@@ -219,6 +219,24 @@ def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_ba
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("offset", ["+16:00", "+23:59", "-18:00"])
+def test_an_offset_past_postgresqls_range_is_stored_as_the_same_instant(client, offset):
+    """ISO 8601 allows offsets to +-23:59; PostgreSQL refused past +-15:59 (a 500, and the
+    events after it in the body lost until the source retried)."""
+    when = "2026-11-01T10:00:00" + offset
+    events = [
+        {"id": "o1", "type": "hard_bounce", "address": "o1@example.com", "occurred_at": when},
+        {"id": "o2", "type": "hard_bounce", "address": "o2@example.com"},
+    ]
+
+    response = post_webhook(client, events)
+
+    assert (response.status_code, response.json()["recorded"]) == (200, 2)
+    stored = FeedbackEvent.objects.get(event_id="webhook:o1").occurred_at
+    assert stored == dt.datetime.fromisoformat(when)
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize(
     ("body", "message"),
     [
