@@ -275,7 +275,11 @@ def record_event(event: Feedback) -> FeedbackEvent | None:
                 batch_id=recipient.batch_id if recipient else None,
                 recipient=recipient,
                 detail=event.detail[:2000],
-                occurred_at=event.occurred_at or clock.now(),
+                # In UTC: PostgreSQL takes offsets only to +-15:59, which a source's
+                # ISO 8601 (+-23:59) or an ESP's timestamp may pass. The same instant.
+                occurred_at=event.occurred_at.astimezone(dt.UTC)
+                if event.occurred_at
+                else clock.now(),
                 recorded_at=clock.now(),
             )
             _apply(row, event.scope)

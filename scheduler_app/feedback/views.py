@@ -268,8 +268,6 @@ def _feedback(item: Any) -> Feedback:
             raise ValueError(
                 "Event %r: occurred_at must lie between 1970 and a day from now." % text["id"]
             )
-        # PostgreSQL takes offsets only to +-15:59; ISO 8601 allows +-23:59. Same instant.
-        occurred = occurred.astimezone(dt.UTC)
     return Feedback(
         event_id=source_event_id("webhook", text["id"]),
         kind=text["type"],
