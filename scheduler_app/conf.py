@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     },
     "SEND_QUEUE": "default",
     "SEND_LANES": 2,  # dispatch jobs per batch, so several workers share one send
+    "SEND_WINDOW": 50,  # provider calls a lane keeps in flight at once
     "SEND_CHUNK_SIZE": 1000,  # the most recipients a lane claims at once (~1 s of work)
     # A lane's claim on a chunk, extended while it works; after a crash, the chunk's
     # recipients go to another lane once it expires. Longer than any provider call.
@@ -165,7 +166,19 @@ DESCRIPTIONS: dict[str, str] = {
     "SCHEDULER_INTERVAL": ("Seconds between a worker's looks for due schedule occurrences."),
     "PROVIDERS": ("Provider name to dotted class path; each path must import."),
     "SEND_QUEUE": ("The queue send jobs run on; one of `QUEUES`."),
-    "SEND_LANES": ("Jobs per batch, so several workers share one send."),
+    "SEND_LANES": (
+        "Jobs per batch, so several workers share one send. A worker may run several lanes "
+        "of one batch (each takes a handler thread of `CONCURRENCY`); one lane already keeps "
+        "`SEND_WINDOW` calls in flight."
+    ),
+    "SEND_WINDOW": (
+        "The most provider calls one lane keeps in flight at once, each on a sender thread "
+        "of the lane with its own connection (SMTP or HTTP). A lane's rate is about this "
+        "divided by the provider's answer time (50 calls at 80 ms: 625 a second). It shrinks "
+        "by half at a throttling answer (HTTP 429, SMTP 421 or 4xx X.7.x) and grows back by "
+        "one per window of accepted calls. A crash re-sends at most this many calls per "
+        "lane; 1 sends one message at a time."
+    ),
     "SEND_CHUNK_SIZE": (
         "The most recipients a lane claims at once (it sends them one at a time). Lanes "
         "size their chunks to about a second of work, from the rate limit and the speed "

@@ -221,22 +221,23 @@ def batches_by_status() -> dict[str, int]:
 
 def batch_progress(limit: int) -> list[BatchProgress]:
     """Return the progress of the ``limit`` most recent batches that are sending or paused."""
-    rows = (
+    batches = (
         SendBatch.objects.filter(status__in=(SendBatch.Status.SENDING, SendBatch.Status.PAUSED))
+        .with_lane_counts()
         .order_by("-id")
-        .values_list("id", "name", "status", "total", "sent", "failed", "skipped")[:limit]
+        .only("id", "name", "status", "total", "counted_sent", "counted_failed", "counted_skipped")
     )
     return [
         BatchProgress(
-            batch_id=pk,
-            name=name,
-            status=status,
-            total=total,
-            sent=sent,
-            failed=failed,
-            skipped=skipped,
+            batch_id=batch.pk,
+            name=batch.name,
+            status=batch.status,
+            total=batch.total,
+            sent=batch.sent,
+            failed=batch.failed,
+            skipped=batch.skipped,
         )
-        for pk, name, status, total, sent, failed, skipped in rows
+        for batch in batches[:limit]
     ]
 
 

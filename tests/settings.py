@@ -90,6 +90,8 @@ SCHEDULER_APP = {
     "FEEDBACK_WEBHOOK_SECRET": "test-secret-of-the-feedback-webhook",
     "SEND_CLAIM_SECONDS": env.float("SCHEDULER_SEND_CLAIM_SECONDS", 300.0),
     "SEND_LANES": env.int("SCHEDULER_SEND_LANES", 2),
+    # 1: calls on the lane's thread, inside the test's transaction (FakeProvider records there).
+    "SEND_WINDOW": env.int("SCHEDULER_SEND_WINDOW", 1),
     "SEND_CHUNK_SIZE": env.int("SCHEDULER_SEND_CHUNK_SIZE", 100),
     "SEND_MARKER_SYNCHRONOUS_COMMIT": env.bool("SCHEDULER_SEND_MARKER_SYNCHRONOUS_COMMIT", True),
     # tests/celery: the Celery app of the relay and workers, and one queue prefix per test.

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db.models import Count, Min, Q, QuerySet
+from django.db.models.functions import Coalesce, Greatest
 
 from scheduler_app.alerts.links import admin_link
 from scheduler_app.conf import app_settings
@@ -342,11 +343,22 @@ def stalled_send(situation: Situation) -> list[Finding]:
     (or were put off by the provider without being tried)."""
     after = dt.timedelta(seconds=app_settings.STALLED_SEND_AFTER)
     cutoff = situation.now - after
-    batches = SendBatch.objects.filter(status=SendBatch.Status.SENDING).filter(
-        Q(progressed_at__lt=cutoff) | Q(progressed_at=None, started_at__lt=cutoff)
+    batches = (
+        SendBatch.objects.filter(status=SendBatch.Status.SENDING)
+        .with_lane_counts()
+        .alias(
+            last=Coalesce(
+                Greatest(
+                    Coalesce("progressed_at", "lanes_progressed_at"),
+                    Coalesce("lanes_progressed_at", "progressed_at"),
+                ),
+                "started_at",
+            )
+        )
+        .filter(last__lt=cutoff)
     )
     findings = []
-    for batch in batches.only("pk", "name", "progressed_at", "started_at", "sent", "total"):
+    for batch in batches:
         # Due before the cutoff, or put off untried by a provider's SlowDown (which moves
         # their due time ahead every time: a mail server that cannot be reached, a 429).
         waiting = Recipient.objects.filter(
@@ -357,7 +369,7 @@ def stalled_send(situation: Situation) -> list[Finding]:
         )
         if not waiting.exists():
             continue
-        last = batch.progressed_at or batch.started_at
+        last = batch.last_progress() or batch.started_at
         findings.append(
             Finding(
                 kind=Kind.STALLED_SEND,

@@ -453,7 +453,12 @@ left to right. A batch that already has recipients gets none (a second freeze ad
 nothing); an audience key equal to one of the batch's seed keys (``seed:...``) violates
 the unique constraint and the freeze fails, rather than leave that recipient out."""
 
-BATCH = "scheduler_app_sendbatch"
+LANE = "scheduler_app_laneprogress"
+
+COUNT_IN_LANE = """ON CONFLICT (claim) DO UPDATE
+    SET sent = l.sent + excluded.sent, failed = l.failed + excluded.failed,
+        skipped = l.skipped + excluded.skipped, progressed_at = excluded.progressed_at"""
+"""Add a lane's newly marked recipients to its LaneProgress row (made by its first mark)."""
 
 CLAIM_RECIPIENTS = f"""
 WITH due AS MATERIALIZED (
@@ -504,19 +509,20 @@ marked AS (
     WHERE r.id = v.id AND r.status = 'pending' AND r.claimed_by = (SELECT %s::text)
     RETURNING v.status
 ), counted AS (
-    UPDATE {BATCH} AS b
-    SET sent = b.sent + c.sent, failed = b.failed + c.failed, skipped = b.skipped + c.skipped,
-        lane_errors = 0, progressed_at = {NOW.format(frozen="%s")}
+    INSERT INTO {LANE} AS l (batch_id, claim, sent, failed, skipped, progressed_at)
+    SELECT %s, %s, c.sent, c.failed, c.skipped, {NOW.format(frozen="%s")}
     FROM (SELECT count(*) FILTER (WHERE status = 'sent') AS sent,
                  count(*) FILTER (WHERE status = 'failed') AS failed,
                  count(*) FILTER (WHERE status = 'skipped') AS skipped
           FROM marked) AS c
-    WHERE b.id = %s AND c.sent + c.failed + c.skipped > 0
+    WHERE c.sent + c.failed + c.skipped > 0
+    {COUNT_IN_LANE}
 )"""
-"""Record outcomes and the batch's counters, fenced by the claim: an expired claim
-changes nothing. A marked recipient also resets the batch's lane errors and sets its
-progressed_at (the stalled-send alert). Parameters: the seven outcome columns, the claim,
-the frozen clock, the batch.
+"""Record outcomes and the lane's counters, fenced by the claim: an expired claim
+changes nothing. The counters go to the lane's own LaneProgress row (with its
+progressed_at, for the stalled-send alert), never to the batch row: every lane of a
+batch would queue on that one row's lock, held across each commit's WAL flush.
+Parameters: the seven outcome columns, the claim, the batch, the claim, the frozen clock.
 
 The rows are found from the outcomes (a nested loop over the primary key). The statement
 is not prepared: a generic plan of it measured two to three times the CPU of the custom
@@ -556,19 +562,19 @@ WITH marked AS (
     WHERE id = %(begin)s AND claimed_by = %(claim)s AND status = 'pending'
     RETURNING attempts
 ), counted AS (
-    UPDATE {BATCH}
-    SET sent = sent + (m.status = 'sent')::int, failed = failed + (m.status = 'failed')::int,
-        skipped = skipped + (m.status = 'skipped')::int, lane_errors = 0,
-        progressed_at = {NOW.format(frozen="%(frozen)s")}
+    INSERT INTO {LANE} AS l (batch_id, claim, sent, failed, skipped, progressed_at)
+    SELECT %(batch)s, %(claim)s, (m.status = 'sent')::int, (m.status = 'failed')::int,
+           (m.status = 'skipped')::int, {NOW.format(frozen="%(frozen)s")}
     FROM marked AS m
-    WHERE id = %(batch)s AND m.status <> 'pending'
+    WHERE m.status <> 'pending'
+    {COUNT_IN_LANE}
 )
 SELECT (SELECT status FROM marked), (SELECT attempts FROM begun)
 """
 """MARK_AND_BEGIN for at most one outcome (the lane's usual case with per-recipient
 markers): scalar parameters, every row found by its primary key, so the prepared
-statement runs a generic plan and is not planned again for each recipient. The batch
-row is updated last: other lanes wait on its lock only until this commit."""
+statement runs a generic plan and is not planned again for each recipient. Its counter
+goes to the lane's own row, as in _MARKED."""
 
 BEGIN_RECIPIENTS = f"""
 UPDATE {RECIPIENT}
@@ -701,8 +707,9 @@ def begin_recipient(
             [
                 *columns,
                 claim,
-                clock.frozen_at(),
                 batch_id,
+                claim,
+                clock.frozen_at(),
                 clock.frozen_at(),
                 claim_for,
                 recipient_id,
@@ -792,14 +799,14 @@ def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.tim
 def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> list[str]:
     """Record (id, status, sent_at, message_id, error, next_attempt_at, refund) rows.
 
-    Adds the sent, failed and skipped ones to the batch's counters. Returns the
+    Adds the sent, failed and skipped ones to the lane's counters. Returns the
     statuses of the rows that still held our claim.
     """
     if not rows:
         return []
     columns = [list(column) for column in zip(*rows, strict=True)]
     with bound_cursor() as cursor:
-        cursor.execute(MARK_RECIPIENTS, [*columns, claim, clock.frozen_at(), batch_id])
+        cursor.execute(MARK_RECIPIENTS, [*columns, claim, batch_id, claim, clock.frozen_at()])
         return [row[0] for row in cursor.fetchall()]
 
 

@@ -274,11 +274,13 @@ WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
 """
 
 COUNT_MARKED = """
-UPDATE scheduler_app_sendbatch
-SET sent = sent + %s, failed = failed + %s, skipped = skipped + %s, lane_errors = 0,
-    progressed_at = %s
-WHERE id = %s
+INSERT INTO scheduler_app_laneprogress AS l (batch_id, claim, sent, failed, skipped, progressed_at)
+VALUES (%s, %s, %s, %s, %s, %s)
+ON CONFLICT (claim) DO UPDATE
+SET sent = l.sent + excluded.sent, failed = l.failed + excluded.failed,
+    skipped = l.skipped + excluded.skipped, progressed_at = excluded.progressed_at
 """
+"""Add a lane's newly marked recipients to its own counter row (see postgresql._MARKED)."""
 
 MARK_RECIPIENT = f"""
 UPDATE {RECIPIENT}
@@ -370,7 +372,7 @@ def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.tim
 
 
 def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> list[str]:
-    """Record outcome rows and the batch's counters; return the statuses of rows still ours."""
+    """Record outcome rows and the lane's counters; return the statuses of rows still ours."""
     adapt = connection.ops.adapt_datetimefield_value
     kept = []
     with transaction.atomic(), connection.cursor() as cursor:
@@ -392,7 +394,7 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
                 kept.append(status)
         counts = [kept.count(status) for status in ("sent", "failed", "skipped")]
         if any(counts):
-            cursor.execute(COUNT_MARKED, [*counts, adapt(read_now()), batch_id])
+            cursor.execute(COUNT_MARKED, [batch_id, claim, *counts, adapt(read_now())])
     return kept
 
 

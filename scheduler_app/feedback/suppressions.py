@@ -371,7 +371,8 @@ def rate_breach(
     """Return (why, numbers) if the batch's complaint or hard-bounce rate passed its limit
     (once it has sent FEEDBACK_MIN_SENT), else None. With ``since``, only the events
     recorded after it count (the breaker after an operator resumed the batch)."""
-    sent = SendBatch.objects.filter(pk=batch_id).values_list("sent", flat=True).first()
+    batch = SendBatch.objects.filter(pk=batch_id).first()
+    sent = None if batch is None else batch.sent
     if sent is None or sent < app_settings.FEEDBACK_MIN_SENT:
         return None
     counts = batch_feedback(batch_id, since=since)

@@ -4,7 +4,7 @@ from scheduler_app.models.cursors import SyncCursor
 from scheduler_app.models.jobs import Job, JobAttempt, LatenessOverview, OperationsOverview
 from scheduler_app.models.retention import PruneRun
 from scheduler_app.models.schedules import Schedule, ScheduleOccurrence
-from scheduler_app.models.sends import RateLimit, Recipient, SendBatch
+from scheduler_app.models.sends import LaneProgress, RateLimit, Recipient, SendBatch
 from scheduler_app.models.suppressions import FeedbackEvent, Suppression, SuppressionRemoval
 from scheduler_app.models.workers import WorkerHeartbeat
 
@@ -15,6 +15,7 @@ __all__ = [
     "FeedbackEvent",
     "Job",
     "JobAttempt",
+    "LaneProgress",
     "LatenessOverview",
     "OperationsOverview",
     "PruneRun",

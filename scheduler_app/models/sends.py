@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
-from django.db.models import Q
-from django.db.models.functions import Upper
+from django.db.models import Max, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import Coalesce, Upper
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_app import clock
@@ -24,6 +24,39 @@ def validate_breaker_threshold(value: float) -> None:
             _("The breaker threshold must be above 0 and at most 1 (a share of failed attempts)."),
             code="invalid_breaker_threshold",
         )
+
+
+class SendBatchQuerySet(models.QuerySet):
+    """Queries on batches."""
+
+    def with_lane_counts(self) -> SendBatchQuerySet:
+        """Return the batches with their lanes' counts summed in (one query for a list)."""
+        lanes = LaneProgress.objects.filter(batch=OuterRef("pk")).order_by().values("batch")
+        return self.annotate(
+            **{
+                "lanes_%s" % name: Coalesce(Subquery(lanes.annotate(n=Sum(name)).values("n")), 0)
+                for name in LANE_COUNTS
+            },
+            lanes_progressed_at=Subquery(lanes.annotate(at=Max("progressed_at")).values("at")),
+        )
+
+
+#: The counters a lane keeps in its LaneProgress row.
+LANE_COUNTS = ("sent", "failed", "skipped")
+
+
+def _counter(name: str) -> property:
+    """Return the property reading counter ``name``: the batch row's plus its lanes'."""
+
+    def get(batch: SendBatch) -> int:
+        return getattr(batch, "counted_%s" % name) + batch.lane_counts()[name]
+
+    def set_(batch: SendBatch, value: int) -> None:
+        setattr(batch, "counted_%s" % name, value)
+
+    return property(
+        get, set_, doc="Recipients %s: counted on the batch row plus by its lanes." % name
+    )
 
 
 class SendBatch(models.Model):
@@ -89,9 +122,12 @@ class SendBatch(models.Model):
     )
 
     total = models.PositiveIntegerField(null=True, blank=True, editable=False)
-    sent = models.PositiveIntegerField(default=0, editable=False)
-    failed = models.PositiveIntegerField(default=0, editable=False)
-    skipped = models.PositiveIntegerField(default=0, editable=False)
+    # Counted on the batch row by workers of releases before LaneProgress (still, during
+    # a rolling deploy); lanes now count in LaneProgress rows, so that no lane waits on
+    # another's lock on this row. Read sent, failed and skipped: both added up.
+    counted_sent = models.PositiveIntegerField(default=0, editable=False, db_column="sent")
+    counted_failed = models.PositiveIntegerField(default=0, editable=False, db_column="failed")
+    counted_skipped = models.PositiveIntegerField(default=0, editable=False, db_column="skipped")
     # Lane errors (not crashes) in a row with nothing marked; the batch pauses at a limit.
     lane_errors = models.PositiveIntegerField(default=0, db_default=0, editable=False)
 
@@ -105,7 +141,8 @@ class SendBatch(models.Model):
     # When retention had blanked every recipient's context (RETENTION_RECIPIENT_CONTEXT_DAYS):
     # later runs skip the batch instead of reading its recipients again.
     contexts_blanked_at = models.DateTimeField(null=True, blank=True, editable=False)
-    # The last time a lane marked a recipient (database clock): the stalled-send alert.
+    # The last time a lane of an older release marked a recipient (database clock); lanes
+    # now record theirs in LaneProgress. Read last_progress().
     progressed_at = models.DateTimeField(null=True, blank=True, editable=False)
     # An operator resumed it after the stale-send guard paused it: it may send late.
     stale_send_allowed = models.BooleanField(default=False, db_default=False, editable=False)
@@ -121,6 +158,8 @@ class SendBatch(models.Model):
 
     created_at = models.DateTimeField(default=clock.now, editable=False)
 
+    objects = SendBatchQuerySet.as_manager()
+
     class Meta:
         ordering = ["-id"]
         verbose_name_plural = "send batches"
@@ -133,12 +172,66 @@ class SendBatch(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    sent = _counter("sent")
+    failed = _counter("failed")
+    skipped = _counter("skipped")
+
+    def lane_counts(self) -> dict[str, int]:
+        """Return what the batch's lanes counted (summed once per instance, or taken from
+        SendBatchQuerySet.with_lane_counts()); refresh_from_db() reads them again."""
+        try:
+            return self._lane_counts
+        except AttributeError:
+            pass
+        if hasattr(self, "lanes_sent"):
+            counts = {name: getattr(self, "lanes_%s" % name) for name in LANE_COUNTS}
+        elif self.pk is None:
+            counts = dict.fromkeys(LANE_COUNTS, 0)
+        else:
+            sums = self.lane_progress.aggregate(**{name: Sum(name) for name in LANE_COUNTS})
+            counts = {name: sums[name] or 0 for name in LANE_COUNTS}
+        self._lane_counts: dict[str, int] = counts
+        return counts
+
+    def last_progress(self) -> dt.datetime | None:
+        """Return when a lane last marked a recipient (database clock), None if none did."""
+        if hasattr(self, "lanes_progressed_at"):
+            lanes = self.lanes_progressed_at
+        else:
+            lanes = self.lane_progress.aggregate(at=Max("progressed_at"))["at"]
+        return max((at for at in (self.progressed_at, lanes) if at is not None), default=None)
+
+    def refresh_from_db(self, *args, **kwargs) -> None:
+        """Reload the batch, its lanes' counts included."""
+        for name in ("_lane_counts", "lanes_progressed_at", *("lanes_%s" % n for n in LANE_COUNTS)):
+            self.__dict__.pop(name, None)
+        super().refresh_from_db(*args, **kwargs)
+
     @property
     def remaining(self) -> int | None:
         """Return recipients neither sent, failed nor skipped (None before the freeze)."""
         if self.total is None:
             return None
         return self.total - self.sent - self.failed - self.skipped
+
+
+class LaneProgress(models.Model):
+    """What one run of a lane marked: its own counter row, so lanes never queue on a shared
+    lock (the batch row) and the batch's counters stay exact (SendBatch sums them)."""
+
+    batch = models.ForeignKey(SendBatch, on_delete=models.CASCADE, related_name="lane_progress")
+    claim = models.CharField(max_length=200, unique=True)
+    sent = models.PositiveIntegerField(default=0)
+    failed = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0)
+    progressed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name_plural = "lane progress"
+
+    def __str__(self) -> str:
+        return "%s: %s sent" % (self.claim, self.sent)
 
 
 class Recipient(models.Model):

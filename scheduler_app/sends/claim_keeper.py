@@ -3,7 +3,7 @@
 A lane claims a chunk of recipients for SEND_CLAIM_SECONDS and may spend
 longer than that on the chunk (slow provider calls, rate limits). Every third
 of a claim period its claims are extended: the rest of its chunk, and the
-recipient whose provider call is running. One keeper thread per process does
+recipients whose provider calls are running (the lane's window). One keeper thread per process does
 this for every lane the process runs, on a connection of its own, so a worker
 holds one connection for its lanes' claims however many lanes it runs. The
 thread starts with the first lane and ends with the last.
@@ -11,13 +11,11 @@ thread starts with the first lane and ends with the last.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
 
 from django.db import DatabaseError, InterfaceError, connection
 
@@ -44,8 +42,8 @@ class ClaimKeeper:
         self.period = claim_for.total_seconds() / 3
         #: The chunk's recipient ids and where its not yet sent rest starts, set together.
         self.chunk: tuple[tuple[int, ...], int] = ((), 0)
-        self.in_flight: int | None = None
-        self._in_flight_since = 0.0
+        #: The recipients whose provider calls are running, and since when (monotonic).
+        self.in_flight: dict[int, float] = {}
 
     def __enter__(self) -> ClaimKeeper:
         _keeper_thread.add(self)
@@ -58,31 +56,29 @@ class ClaimKeeper:
         """Keep ``recipient_ids[start:]`` (the chunk's recipients not yet marked) claimed."""
         self.chunk = (recipient_ids, start)
 
-    @contextlib.contextmanager
-    def calling(self, recipient_id: int) -> Iterator[None]:
-        """Keep ``recipient_id`` claimed while its provider call runs."""
-        self._in_flight_since = time.monotonic()
-        self.in_flight = recipient_id
-        try:
-            yield
-        finally:
-            self.in_flight = None
+    def calling(self, recipient_id: int) -> None:
+        """Keep ``recipient_id`` claimed while its provider call runs (until returned())."""
+        self.in_flight[recipient_id] = time.monotonic()
+
+    def returned(self, recipient_id: int) -> None:
+        """The provider call of ``recipient_id`` returned: its marker is next."""
+        self.in_flight.pop(recipient_id, None)
 
     def extend(self) -> None:
         """Extend the claims the lane holds now, by a claim period from the database's now."""
         chunk, start = self.chunk
         ids = set(chunk[start:])
-        in_flight = self.in_flight
-        if in_flight is not None:
-            running = time.monotonic() - self._in_flight_since
+        now = time.monotonic()
+        for recipient_id, since in list(self.in_flight.items()):  # a copy: lanes change it
+            running = now - since
             if running < IN_FLIGHT_LIMIT * self.claim_for.total_seconds():
-                ids.add(in_flight)
+                ids.add(recipient_id)
             else:
-                ids.discard(in_flight)
+                ids.discard(recipient_id)
                 logger.error(
                     "provider call hangs, its claim is given up recipient=%s claim=%s "
                     "running=%.0fs",
-                    in_flight,
+                    recipient_id,
                     self.claim,
                     running,
                 )

@@ -1,39 +1,41 @@
-"""Delivery: lanes of a batch claim chunks of recipients and send them one at a time.
+"""Delivery: lanes of a batch claim chunks of recipients and send them through a window.
 
 A scheduled batch runs as SEND_LANES jobs of the ``scheduler_app.send_batch``
-task, so several workers share one send; a worker runs at most one lane of
-a batch at a time. A lane claims a chunk of recipients (SKIP LOCKED, with a
-claim that expires and that the lane extends while it works), then for each
-recipient: checks the batch status and the kill switches, suppression,
-renders, takes a token from the shared limiter, checks that its claim still
-owns the recipient and charges it the attempt, calls the provider with the
-idempotency key ``<batch>:<recipient key>``, and marks it.
+task, so several workers share one send (a worker may run several lanes of a
+batch, one per handler thread). A lane claims a chunk of recipients (SKIP
+LOCKED, with a claim that expires and that the lane extends while it works),
+then for each recipient: checks the batch status and the kill switches,
+suppression, renders, takes a token from the shared limiter, checks that its
+claim still owns the recipient and charges it the attempt, and starts the
+provider call with the idempotency key ``<batch>:<recipient key>`` in the
+lane's window (sends.window: up to SEND_WINDOW calls in flight, fewer while
+the provider throttles); each call's marker is written as soon as it returns.
 
-Durability contract: a recipient's sent marker (and the batch counters)
-commit before the lane's next provider call, so a crash re-sends at most
-the one recipient in flight, with the same key and Message-ID. A crash is
-charged to the recipient in flight: after RECIPIENT_MAX_ATTEMPTS of them it
-fails. A provider that declares ``idempotent = True`` (one delivery per
-key) lets markers wait for the end of the chunk, and its lane charges
-attempts to groups of recipients (1, 2, 4, ... up to BEGIN_GROUP_MAX per
-statement), so a crash re-sends the chunk's unmarked recipients (the
-provider drops the copies) and charges the group in flight. A batch is
-never re-run as a whole, and the sweeper (sends.sweeper) gives lanes back
-to a batch left without any.
+Durability contract: a recipient's attempt commits before its call, and its
+sent marker with the lane's next statement after the call returns (the next
+recipient's attempt, or on its own while the lane waits), so a crash re-sends
+at most the calls in flight, never more than the window, each with the same
+key and Message-ID. A crash is charged to the recipients in flight: after
+RECIPIENT_MAX_ATTEMPTS of them one fails. Counters go to the lane's own
+LaneProgress row, never to the batch row, so no lane waits for another. A
+provider that declares ``idempotent = True`` (one delivery per key) lets
+markers wait for the end of the chunk, and its lane charges attempts to groups
+of recipients (1, 2, 4, ... up to BEGIN_GROUP_MAX per statement), so a crash
+re-sends the chunk's unmarked recipients (the provider drops the copies) and
+charges the group in flight. A batch is never re-run as a whole, and the
+sweeper (sends.sweeper) gives lanes back to a batch left without any.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import math
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import F, Min
@@ -69,6 +71,7 @@ from scheduler_app.sends.providers import (
     in_use,
 )
 from scheduler_app.sends.rendering import Message, MessageTemplate, RenderError
+from scheduler_app.sends.window import Window
 
 logger = logging.getLogger("scheduler_app.sends")
 
@@ -80,8 +83,9 @@ RECIPIENT_RETRY = RetryPolicy(base=dt.timedelta(seconds=30), cap=dt.timedelta(ho
 LANE_RETRY = RetryPolicy(retry_later_budget=dt.timedelta(days=30))
 PAUSED_RECHECK = dt.timedelta(seconds=2)
 KILL_SWITCHED = "sends are paused by a kill switch"
-#: A second lane of a batch on a worker that already runs one waits this long.
-LANE_BUSY_RECHECK = dt.timedelta(seconds=2)
+#: A provider's request to slow down for at most this long is sat out inside the lane;
+#: after a longer one the lane hands its chunk and its job back and waits.
+SLOW_DOWN_IN_LANE = dt.timedelta(seconds=10)
 #: Seconds between a lane's looks at pause/cancel and the kill switches inside a chunk.
 HALT_RECHECK = 1.0
 #: Lane errors (exceptions, not crashes) in a row, with nothing marked, that pause the batch.
@@ -144,48 +148,22 @@ def send_batch(job: JobContext) -> dict[str, int]:
 
 def run_lane(batch_id: int, *, claim: str, should_stop: Callable[[], bool]) -> dict[str, int]:
     """Send chunks of ``batch_id`` until nothing is left for this lane; return its counts."""
-    with _only_lane_in_process(batch_id):
-        batch = SendBatch.objects.get(pk=batch_id)
-        try:
-            template = MessageTemplate.compile(
-                batch.subject_template, batch.text_template, batch.html_template
-            )
-        except RenderError as exc:
-            if batch.started_at is not None:
-                # Other workers compiled it (a worker of an older deploy lacks a tag
-                # library?): a lane error, which pauses the batch if it persists.
-                raise
-            states.fail(batch_id, "The template does not compile: %s" % exc)
-            return {}
-        batch = start_sending(batch_id)
-        if batch is None:
-            return {}
-        return Lane(batch, template, claim=claim, should_stop=should_stop).run()
-
-
-_lanes_in_process: set[int] = set()
-_lanes_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def _only_lane_in_process(batch_id: int) -> Iterator[None]:
-    """Let one lane of a batch run in this process; defer a second one.
-
-    A worker may claim several lanes of one batch; running them side by side
-    would let one SIGKILL cost the batch several lanes and several re-sends.
-    """
-    with _lanes_lock:
-        if batch_id in _lanes_in_process:
-            raise RetryLater(
-                delay=LANE_BUSY_RECHECK,
-                reason="this worker already runs a lane of batch %s" % batch_id,
-            )
-        _lanes_in_process.add(batch_id)
+    batch = SendBatch.objects.get(pk=batch_id)
     try:
-        yield
-    finally:
-        with _lanes_lock:
-            _lanes_in_process.discard(batch_id)
+        template = MessageTemplate.compile(
+            batch.subject_template, batch.text_template, batch.html_template
+        )
+    except RenderError as exc:
+        if batch.started_at is not None:
+            # Other workers compiled it (a worker of an older deploy lacks a tag
+            # library?): a lane error, which pauses the batch if it persists.
+            raise
+        states.fail(batch_id, "The template does not compile: %s" % exc)
+        return {}
+    batch = start_sending(batch_id)
+    if batch is None:
+        return {}
+    return Lane(batch, template, claim=claim, should_stop=should_stop).run()
 
 
 def start_sending(batch_id: int) -> SendBatch | None:
@@ -313,6 +291,11 @@ class Lane:
         self.stop_reason = ""
         #: Set when the provider asked us to slow down: the lane waits this long.
         self.slow_down: SlowDown | None = None
+        self.slowed_at = 0.0
+        #: The provider calls in flight, on the lane's sender threads.
+        self.window = Window(self.provider, app_settings.SEND_WINDOW)
+        #: Whether this run already cleared the batch's lane errors (see _count).
+        self.errors_cleared = False
 
     def run(self) -> dict[str, int]:
         """Send chunks until none is due, the batch stops sending, or the worker stops."""
@@ -320,7 +303,7 @@ class Lane:
         session = backend().lane_session(
             synchronous_commit=app_settings.SEND_MARKER_SYNCHRONOUS_COMMIT
         )
-        with self.keeper, session, in_use(self.provider):
+        with self.keeper, session, self.window:
             while True:
                 if self.should_stop():
                     raise RetryLater(delay=0, reason="worker stopping; another worker goes on")
@@ -348,19 +331,21 @@ class Lane:
                 if self.stop_reason:
                     states.pause(batch_id, reason=self.stop_reason)
                     return dict(self.counts)
-                if self.slow_down is not None:
+                if self.slow_down is not None and self.slow_down.delay > SLOW_DOWN_IN_LANE:
                     raise RetryLater(delay=self.slow_down.delay, reason=str(self.slow_down))
 
     def _send_chunk(self, rows: list[tuple]) -> int:
-        """Send a claimed chunk one recipient at a time; hand back what must not be sent now.
+        """Send a claimed chunk through the window; hand back what must not be sent now.
 
-        Return how many of the rows it got through. If the lane raises, the markers it
-        holds are written first: a recipient the provider accepted is never left unmarked
-        by anything but a crash.
+        Return how many of the rows it got through. If the lane raises, the calls in
+        flight are awaited and the markers it holds are written first: a recipient the
+        provider accepted is never left unmarked by anything but a crash.
         """
         try:
             return self._send_rows(rows)
         except Exception:
+            while self.window.in_flight:  # their outcomes are markers to write too
+                self._settle(wait=None)
             # The group's recipients not called yet go back with their attempt refunded.
             self.unmarked.extend(
                 Outcome(recipient_id, Status.PENDING, refund=1)
@@ -383,13 +368,13 @@ class Lane:
         self.marks_per_chunk = self.idempotent and not any(row[5] for row in rows)
         self.group_size = 1
         halt = ""
-        done = 0
+        reached = 0
         chunk_ids = tuple(row[0] for row in rows)
-        for done, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
-            # The rows sent but not marked yet stay claimed, or another lane may take them.
-            # (Not a copy of the ids per recipient.)
-            self.keeper.hold(chunk_ids, 0 if self.marks_per_chunk else done)
-            halt = self.stop_reason or self._why_halt()
+        for reached, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
+            # The rows not marked yet stay claimed, or another lane may take them: the rest
+            # of the chunk, and the calls in flight (the keeper knows those).
+            self.keeper.hold(chunk_ids, 0 if self.marks_per_chunk else reached)
+            halt = self._wait_for_room()
             if halt:
                 break
             if attempts >= app_settings.RECIPIENT_MAX_ATTEMPTS:
@@ -425,7 +410,7 @@ class Lane:
             if limited:
                 self._mark()  # a marker never waits for the limiter
                 if not limiter.wait_for_token(
-                    self.batch.rate_limit_key, should_stop=lambda: bool(self._why_halt())
+                    self.batch.rate_limit_key, should_stop=self._halt_while_waiting
                 ):
                     halt = self._why_halt() or "worker stopping"
                     break
@@ -433,20 +418,16 @@ class Lane:
                 self._begin_group(
                     [
                         row[0]
-                        for row in rows[done:]
+                        for row in rows[reached:]
                         if row[5] < app_settings.RECIPIENT_MAX_ATTEMPTS and row[2] not in suppressed
                     ]
                 )
-            outcome = self._send_one(message, key, recipient_id)
-            if outcome is None:
-                continue  # another lane owns it now
-            self._add(outcome)
-            if self.slow_down is not None or self.stop_reason:
-                halt = str(self.slow_down or self.stop_reason)
-                done += 1
-                break
+            self._call(message, key, recipient_id)
         else:
-            done = len(rows)
+            reached = len(rows)
+        # Every call in flight returns and is marked before the chunk ends.
+        while self.window.in_flight:
+            self._settle(wait=HALT_RECHECK)
         # The rest of the chunk goes back as it was (no attempt used); after a SlowDown
         # it waits as long as the provider asked.
         wait = self.slow_down.delay if self.slow_down else None
@@ -458,13 +439,80 @@ class Lane:
                 error=str(self.slow_down) if wait else "",
                 refund=self._uncalled(row[0]),
             )
-            for row in rows[done:]
+            for row in rows[reached:]
         )
         self.begun = {}
         self._mark()
         if halt:
             logger.info("chunk handed back batch=%s reason=%s", self.batch.pk, halt)
-        return done
+        return reached
+
+    def _wait_for_room(self) -> str:
+        """Wait until the window lets one more call start, marking the calls that return
+        meanwhile, and sit out a provider's short request to slow down; return why the rest
+        of the chunk must not be sent now, or ''."""
+        while True:
+            self._settle()
+            halt = self.stop_reason or self._why_halt()
+            if halt:
+                return halt
+            if self.slow_down is not None:
+                if self.slow_down.delay > SLOW_DOWN_IN_LANE:
+                    return str(self.slow_down)  # the chunk goes back; the lane waits
+                resume = self.slowed_at + self.slow_down.delay.total_seconds()
+                if time.monotonic() < resume:
+                    self._settle(wait=min(resume - time.monotonic(), HALT_RECHECK))
+                    continue
+                self.slow_down = None
+            if self.window.has_room():
+                return ""
+            self._settle(wait=HALT_RECHECK)
+
+    def _halt_while_waiting(self) -> bool:
+        """While waiting for a rate-limit token: mark the calls that returned; True to stop."""
+        self._settle()
+        return bool(self._why_halt())
+
+    def _settle(self, *, wait: float | None = 0.0) -> None:
+        """Take the outcomes of the calls that returned (waiting up to ``wait`` seconds for
+        one, None: for ever) and mark them, unless the lane's next begin writes them."""
+        finished = self.window.done(wait=wait)
+        for recipient_id, outcome, exc in finished:
+            self.keeper.returned(recipient_id)
+            self._add(self._outcome_of(recipient_id, outcome, exc))
+        if finished and (wait != 0.0 or not self.window.has_room() or self.stop_reason):
+            self._mark()
+
+    def _outcome_of(
+        self, recipient_id: int, outcome: Outcome | None, exc: BaseException | None
+    ) -> Outcome:
+        """Return the outcome of a call that returned; adjust the window to the answer."""
+        if outcome is not None:
+            if outcome.status == Status.SENT:
+                self.window.accepted()
+            return outcome
+        if isinstance(exc, SlowDown):  # not sent: no attempt used, the lane slows down
+            if self.window.throttled(exc.delay.total_seconds()):
+                logger.info(
+                    "provider throttles batch=%s window=%s delay=%ss",
+                    self.batch.pk,
+                    self.window.size,
+                    exc.delay.total_seconds(),
+                )
+            if self.slow_down is None or exc.delay > self.slow_down.delay:
+                self.slow_down = exc
+                self.slowed_at = time.monotonic()
+            return Outcome(
+                recipient_id,
+                Status.PENDING,
+                refund=1,
+                next_attempt_at=clock.now() + exc.delay,
+                error=str(exc),
+            )
+        if isinstance(exc, SenderRefused):  # not the recipient's fault: no attempt used, pause
+            self.stop_reason = self.stop_reason or str(exc)
+            return Outcome(recipient_id, Status.PENDING, refund=1, error=str(exc))
+        raise exc  # not an Exception (deliver() turns those into outcomes)
 
     def _why_halt(self) -> str:
         """Return why the rest of a chunk must not be sent now, or ''."""
@@ -506,8 +554,9 @@ class Lane:
             self.unmarked = []
         return attempt
 
-    def _send_one(self, message: Message, key: str, recipient_id: int) -> Outcome | None:
-        """Charge the attempt if the claim still owns the recipient, then call the provider."""
+    def _call(self, message: Message, key: str, recipient_id: int) -> None:
+        """Charge the attempt if the claim still owns the recipient, then start its provider
+        call in the window."""
         attempt = self._begin(recipient_id)
         if attempt is None:
             logger.warning(
@@ -516,24 +565,13 @@ class Lane:
                 recipient_id,
                 self.claim,
             )
-            return None
-        try:
-            with self.keeper.calling(recipient_id):
-                return deliver(
-                    self.provider, message, "%s:%s" % (self.batch.pk, key), recipient_id, attempt
-                )
-        except SlowDown as exc:  # not sent: no attempt used, this and the rest wait
-            self.slow_down = exc
-            return Outcome(
-                recipient_id,
-                Status.PENDING,
-                refund=1,
-                next_attempt_at=clock.now() + exc.delay,
-                error=str(exc),
-            )
-        except SenderRefused as exc:  # not the recipient's fault: no attempt used, pause
-            self.stop_reason = str(exc)
-            return Outcome(recipient_id, Status.PENDING, refund=1, error=str(exc))
+            return
+        self.keeper.calling(recipient_id)
+        idempotency_key = "%s:%s" % (self.batch.pk, key)
+        self.window.submit(
+            recipient_id,
+            lambda: deliver(self.provider, message, idempotency_key, recipient_id, attempt),
+        )
 
     def _add(self, outcome: Outcome) -> None:
         """Queue an outcome for marking; feed the breaker."""
@@ -581,6 +619,11 @@ class Lane:
             if status != Status.PENDING:
                 self.counts[status] += 1
                 self.unlogged += 1
+        if not self.errors_cleared and any(status != Status.PENDING for status in statuses):
+            # The lane marked someone: the batch's lane errors in a row end (one statement
+            # per lane run, which locks the batch row only if there were errors).
+            self.errors_cleared = True
+            SendBatch.objects.filter(pk=self.batch.pk, lane_errors__gt=0).update(lane_errors=0)
         if self.unlogged >= app_settings.PROGRESS_LOG_EVERY:
             self.unlogged = 0
             _log_progress(self.batch.pk)

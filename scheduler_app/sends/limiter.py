@@ -3,6 +3,8 @@
 Every worker on every host takes tokens from the same row before it calls
 the provider, so the rate holds across processes; an operator edits the
 row's rate (admin) and workers follow within one chunk, no deploy needed.
+Tokens are counted by the database's clock, never a host's: a host whose
+clock runs ahead would otherwise find tokens the bucket never earned.
 A key with no row, or rate 0, is unlimited.
 """
 
@@ -15,7 +17,7 @@ from collections.abc import Callable
 
 from django.db import transaction
 
-from scheduler_app import clock
+from scheduler_app.db import database_now
 from scheduler_app.models import RateLimit
 from scheduler_app.signals import rate_limit_waited
 
@@ -25,7 +27,7 @@ MAX_WAIT = 1.0
 
 def take(key: str, wanted: int) -> tuple[int, float]:
     """Take up to ``wanted`` tokens now; return (granted, seconds until the next token)."""
-    now = clock.now()
+    now = database_now()
     with transaction.atomic():
         bucket = RateLimit.objects.select_for_update().filter(key=key).first()
         if bucket is None or bucket.rate <= 0:
@@ -45,7 +47,7 @@ def reserve(key: str, wanted: int = 1) -> float:
     The bucket may go into debt, so callers queue in the order they reserved
     and the rate holds however late a sleeping worker wakes up.
     """
-    now = clock.now()
+    now = database_now()
     with transaction.atomic():
         bucket = RateLimit.objects.select_for_update().filter(key=key).first()
         if bucket is None or bucket.rate <= 0:
@@ -82,7 +84,7 @@ def is_limited(key: str) -> bool:
 
 def set_rate(key: str, rate: float, *, burst: float | None = None) -> RateLimit:
     """Create or change a limit; takes effect at the workers' next take()."""
-    now = clock.now()
+    now = database_now()
     with transaction.atomic():
         bucket, created = RateLimit.objects.select_for_update().get_or_create(
             key=key,

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from scheduler_app import clock
 from scheduler_app.db import backend
-from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.models import LaneProgress, Recipient, SendBatch
+from scheduler_app.sends import limiter
 from tests.sends.helpers import run_lane_now
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
@@ -28,7 +29,8 @@ def test_a_host_whose_clock_runs_ahead_does_not_take_over_a_live_claim(
     customer("bob@example.com", "Bob")
     batch = make_batch(scheduled_at=timezone.now() - dt.timedelta(minutes=5))
     run_lane_now(batch)  # freezes the audience; everyone is sent
-    SendBatch.objects.filter(pk=batch.pk).update(status="sending", sent=0)
+    SendBatch.objects.filter(pk=batch.pk).update(status="sending")
+    LaneProgress.objects.filter(batch=batch).delete()
     Recipient.objects.filter(batch=batch).update(
         status="pending", attempts=0, next_attempt_at=timezone.now() - dt.timedelta(minutes=5)
     )
@@ -47,3 +49,17 @@ def test_a_host_whose_clock_runs_ahead_does_not_take_over_a_live_claim(
     }
     until = Recipient.objects.filter(batch=batch).values_list("claimed_until", flat=True)[0]
     assert dt.timedelta(seconds=25) < until - timezone.now() <= dt.timedelta(seconds=30)
+
+
+def test_the_rate_limit_counts_tokens_by_the_database_clock(monkeypatch):
+    """Two hosts a second apart share a 10/s limit: each reservation is 0.1 s after the last,
+    whichever host makes it (by host clocks, the host ahead found ten tokens unearned)."""
+    limiter.set_rate("esp", 10)
+    waits = []
+    for skew in (0.0, 1.0, 0.0, 1.0):
+        monkeypatch.setattr(
+            clock, "now", lambda skew=skew: timezone.now() + dt.timedelta(seconds=skew)
+        )
+        waits.append(limiter.reserve("esp"))
+    # The bucket starts empty: the four tokens are due 0.1, 0.2, 0.3 and 0.4 s from now.
+    assert waits == pytest.approx([0.1, 0.2, 0.3, 0.4], abs=0.05)

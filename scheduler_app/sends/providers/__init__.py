@@ -78,9 +78,14 @@ def in_use(provider: Provider) -> Iterator[Provider]:
     try:
         yield provider
     finally:
-        close = getattr(provider, "close", None)
-        if close is not None:
-            close()
+        close_connection(provider)
+
+
+def close_connection(provider: Provider) -> None:
+    """Close what ``provider`` opened for the calling thread (its optional ``close()``)."""
+    close = getattr(provider, "close", None)
+    if close is not None:
+        close()
 
 
 _instances: dict[str, Provider] = {}
