@@ -152,8 +152,9 @@ def test_a_worker_runs_two_lanes_of_a_batch_side_by_side(make_batch, two_custome
     first.start()
     try:
         wait_until(
-            lambda: Recipient.objects.filter(batch=batch, attempts=1).exists()
-            or not first.is_alive(),
+            lambda: (
+                Recipient.objects.filter(batch=batch, attempts=1).exists() or not first.is_alive()
+            ),
             timeout=10,
         )
         second = run_lane_job(batch)
