@@ -122,7 +122,12 @@ def send_worker(start_worker) -> Iterator[Callable[..., WorkerProcess]]:  # noqa
     """
 
     def start(
-        *, claim_seconds: float = 3.0, lease: float = 3.0, concurrency: int = 1, wait: bool = True
+        *,
+        claim_seconds: float = 3.0,
+        lease: float = 3.0,
+        concurrency: int = 1,
+        window: int = 1,
+        wait: bool = True,
     ):
         name = "sends-worker-%s" % next(numbers)
         worker = start_worker(
@@ -135,6 +140,7 @@ def send_worker(start_worker) -> Iterator[Callable[..., WorkerProcess]]:  # noqa
             "0.2",
             env={
                 "SCHEDULER_SEND_CLAIM_SECONDS": str(claim_seconds),
+                "SCHEDULER_SEND_WINDOW": str(window),
                 # Each provider call commits a ProviderCall row; without this every
                 # one waits for a WAL flush (~4 ms here). A SIGKILLed client loses
                 # nothing it committed either way: only a server crash could.
