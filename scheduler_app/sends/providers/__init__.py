@@ -6,9 +6,10 @@ fail it (the address will never work), SenderRefused when the fault is
 ours (sender, message, credentials: the batch pauses, no recipient is
 charged), SlowDown to defer it without using an attempt (HTTP 429).
 Providers are named in SCHEDULER_APP['PROVIDERS'] (name -> dotted path).
-A provider may keep a connection per thread between sends; its optional
-``close()`` ends the calling thread's, and dispatch calls it when a lane or a
-single message is done (see in_use()).
+A provider may keep a connection per thread between sends: a lane's sender
+threads (sends.window) each call its optional ``open()`` when they start and
+its optional ``close()`` when the lane is done (see in_use()), so an HTTP
+provider can keep a pooled session per thread and an SMTP one a session.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ class Provider(Protocol):
 @contextlib.contextmanager
 def in_use(provider: Provider) -> Iterator[Provider]:
     """Use ``provider`` in this thread for a while, then close what it opened for it."""
+    open_ = getattr(provider, "open", None)
+    if open_ is not None:
+        open_()
     try:
         yield provider
     finally:
