@@ -598,7 +598,7 @@ def check_api_docs_assets(app_configs: Any = None, **kwargs: Any) -> list[Warnin
     # Imported here: the API's views load DRF, which only projects that route it need.
     from scheduler_app.api.views import DocsView
 
-    if apps.is_installed("drf_spectacular_sidecar"):
+    if apps.is_installed("drf_spectacular_sidecar") or not _has_urlconf():
         return []
     try:
         patterns = get_resolver().url_patterns
@@ -615,6 +615,11 @@ def check_api_docs_assets(app_configs: Any = None, **kwargs: Any) -> list[Warnin
             id="scheduler_app.W090",
         )
     ]
+
+
+def _has_urlconf() -> bool:
+    """Return whether the settings name a URLconf; a worker-only settings module may not."""
+    return bool(getattr(settings, "ROOT_URLCONF", None))
 
 
 def _routes_view(patterns: list[Any], view_class: type) -> bool:
@@ -814,20 +819,23 @@ def check_unsubscribe_route(app_configs: Any = None, **kwargs: Any) -> list[Erro
 
     if not _is_origin(app_settings.PUBLIC_BASE_URL):
         return []  # check_feedback_settings reports it
-    try:
-        reverse("scheduler_app_feedback:unsubscribe", args=["r1:x"])
-    except NoReverseMatch:
-        pass
-    except (ImportError, ImproperlyConfigured):
-        return []  # Django's own URL checks report a broken URLconf
-    else:
-        return []
+    # Without a URLconf nothing routes it, and a worker could not make the links either.
+    if _has_urlconf():
+        try:
+            reverse("scheduler_app_feedback:unsubscribe", args=["r1:x"])
+        except NoReverseMatch:
+            pass
+        except (ImportError, ImproperlyConfigured):
+            return []  # Django's own URL checks report a broken URLconf
+        else:
+            return []
     return [
         Error(
             "SCHEDULER_APP['PUBLIC_BASE_URL'] is set but no URL pattern routes "
             "'scheduler_app_feedback:unsubscribe': batch messages could not carry their "
             "unsubscribe links.",
-            hint='Add path("mail/", include("scheduler_app.feedback.urls")) to your URLs.',
+            hint='Add path("mail/", include("scheduler_app.feedback.urls")) to the URLconf '
+            "that ROOT_URLCONF names (workers make the links with it too).",
             id="scheduler_app.E106",
         )
     ]
