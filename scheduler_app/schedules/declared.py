@@ -46,8 +46,8 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
+from scheduler_app.payloads import check_payload
 from scheduler_app.retention import builtin_schedule
-from scheduler_app.scheduling import check_payload
 from scheduler_app.targets import TARGET_FIELDS, as_duration, build_targets
 
 logger = logging.getLogger("scheduler_app.schedules")
