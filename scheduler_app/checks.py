@@ -13,11 +13,13 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import validate_email
+from django.db.models import DO_NOTHING
 from django.urls import URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
 from scheduler_app.bounds import SETTING_BOUNDS, out_of_bounds
 from scheduler_app.conf import DEFAULTS, app_settings, is_integer, message_id_domain
+from scheduler_app.models import Job
 from scheduler_app.registry import all_tasks
 from scheduler_app.targets import as_duration
 
@@ -534,6 +536,37 @@ def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Che
     return problems
 
 
+@register(Tags.models)
+def check_job_relations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a project's foreign key to Job but a DO_NOTHING one without a constraint (E059).
+
+    The PostgreSQL prune deletes jobs in one statement (db.postgresql.PRUNE_JOBS) that
+    handles scheduler_app's own relations only: the constraint would fail every run.
+    """
+    if app_settings.RETENTION_JOBS_DAYS is None:
+        return []
+    return [
+        Error(
+            "A relation to scheduler_app.Job that the prune cannot honour: on PostgreSQL "
+            "it deletes finished jobs with one SQL statement, which ignores on_delete, so "
+            "a database constraint would make every prune fail.",
+            hint="Declare it with on_delete=models.DO_NOTHING and db_constraint=False (a "
+            "pruned job leaves its id behind), keep the job's id in a plain integer field, "
+            "or set SCHEDULER_APP['RETENTION_JOBS_DAYS'] = None and delete finished jobs "
+            "yourself.",
+            obj=field,
+            id="scheduler_app.E059",
+        )
+        for app_config in app_configs or apps.get_app_configs()
+        if app_config.name != "scheduler_app"
+        for model in app_config.get_models(include_auto_created=True)
+        for field in model._meta.local_fields
+        if field.is_relation
+        and field.related_model is Job
+        and (field.db_constraint or field.remote_field.on_delete is not DO_NOTHING)
+    ]
+
+
 def _number(value: Any) -> bool:
     """Return whether ``value`` is a finite int or float (not a bool, NaN or infinity).
 
@@ -599,7 +632,7 @@ def check_api_docs_assets(app_configs: Any = None, **kwargs: Any) -> list[Warnin
     # Imported here: the API's views load DRF, which only projects that route it need.
     from scheduler_app.api.views import DocsView
 
-    if apps.is_installed("drf_spectacular_sidecar"):
+    if apps.is_installed("drf_spectacular_sidecar") or not _has_urlconf():
         return []
     try:
         patterns = get_resolver().url_patterns
@@ -616,6 +649,11 @@ def check_api_docs_assets(app_configs: Any = None, **kwargs: Any) -> list[Warnin
             id="scheduler_app.W090",
         )
     ]
+
+
+def _has_urlconf() -> bool:
+    """Return whether the settings name a URLconf; a worker-only settings module may not."""
+    return bool(getattr(settings, "ROOT_URLCONF", None))
 
 
 def _routes_view(patterns: list[Any], view_class: type) -> bool:
@@ -815,20 +853,23 @@ def check_unsubscribe_route(app_configs: Any = None, **kwargs: Any) -> list[Erro
 
     if not _is_origin(app_settings.PUBLIC_BASE_URL):
         return []  # check_feedback_settings reports it
-    try:
-        reverse("scheduler_app_feedback:unsubscribe", args=["r1:x"])
-    except NoReverseMatch:
-        pass
-    except (ImportError, ImproperlyConfigured):
-        return []  # Django's own URL checks report a broken URLconf
-    else:
-        return []
+    # Without a URLconf nothing routes it, and a worker could not make the links either.
+    if _has_urlconf():
+        try:
+            reverse("scheduler_app_feedback:unsubscribe", args=["r1:x"])
+        except NoReverseMatch:
+            pass
+        except (ImportError, ImproperlyConfigured):
+            return []  # Django's own URL checks report a broken URLconf
+        else:
+            return []
     return [
         Error(
             "SCHEDULER_APP['PUBLIC_BASE_URL'] is set but no URL pattern routes "
             "'scheduler_app_feedback:unsubscribe': batch messages could not carry their "
             "unsubscribe links.",
-            hint='Add path("mail/", include("scheduler_app.feedback.urls")) to your URLs.',
+            hint='Add path("mail/", include("scheduler_app.feedback.urls")) to the URLconf '
+            "that ROOT_URLCONF names (workers make the links with it too).",
             id="scheduler_app.E106",
         )
     ]

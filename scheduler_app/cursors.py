@@ -20,9 +20,11 @@ already has it, so it feeds the suspicious-success rule.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable
 from typing import Any
+
+from scheduler_app.bounds import LARGEST_INTEGER
+from scheduler_app.payloads import check_payload
 
 #: The result key the cursor's processed count goes under when the task declares none.
 DEFAULT_COUNT_KEY = "processed"
@@ -48,17 +50,21 @@ class Cursor:
     def advance(self, value: Any, *, processed: int | None = None) -> None:
         """Propose ``value`` (JSON) as the next run's start; ``processed``: items this run handled.
 
-        Raises ValueError for a value that is not JSON or a negative count.
+        Raises ValueError (InvalidPayload for the value) for what the database could not
+        store with the job's success: a value that is not JSON or holds a NUL or a lone
+        surrogate, a count below 0 or past the column's range.
         """
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise ValueError("Cursor %r: the value must be JSON (%s)." % (self.name, exc)) from exc
+        stored = check_payload(value, name="value of cursor %r" % self.name)
         if processed is not None and (
-            isinstance(processed, bool) or not isinstance(processed, int) or processed < 0
+            isinstance(processed, bool)
+            or not isinstance(processed, int)
+            or not 0 <= processed <= LARGEST_INTEGER
         ):
-            raise ValueError("Cursor %r: processed must be an integer >= 0." % self.name)
-        self.proposal = CursorProposal(name=self.name, value=value, processed=processed)
+            raise ValueError(
+                "Cursor %r: processed must be an integer from 0 to %s."
+                % (self.name, LARGEST_INTEGER)
+            )
+        self.proposal = CursorProposal(name=self.name, value=stored, processed=processed)
 
 
 class Cursors:

@@ -11,6 +11,15 @@ import email.utils
 from typing import Any
 
 
+def describe(exc: BaseException) -> str:
+    """Return "Type: message" for ``exc``, even when its ``__str__`` raises (user code)."""
+    try:
+        message = str(exc)
+    except Exception as broken:
+        message = "<the message could not be read: %s>" % type(broken).__name__
+    return "%s: %s" % (type(exc).__name__, message)
+
+
 class SchedulerError(Exception):
     """A scheduler_app error."""
 

@@ -206,3 +206,10 @@ def wait_for_status(job: Any, *statuses: str, timeout: float = 20.0) -> Any:
         timeout=timeout,
         message="job %s to be %s" % (job.pk, "/".join(statuses)),
     )
+
+
+class UnreadableError(Exception):
+    """An exception whose message cannot be read: str() of it raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("str broke")

@@ -872,7 +872,8 @@ PRUNE_JOBS = _prune_jobs_sql()
 their occurrences and sync cursors (what the ORM's on_delete would do), in one statement
 that the partial index scheduler_job_prunable serves. FOR UPDATE re-checks the terminal
 state on each locked row; SKIP LOCKED passes over a row a worker holds. A new foreign key
-to the job table must be handled here (tests/db/test_retention.py checks the list)."""
+to the job table must be handled here (tests/db/test_retention.py checks the list); a
+project's own is refused by system check E059 (checks.check_job_relations)."""
 
 
 def prune_finished_jobs(*, cutoff: dt.datetime, limit: int) -> int:

@@ -39,15 +39,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils.dateparse import parse_datetime
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
+from scheduler_app.payloads import check_payload
 from scheduler_app.retention import builtin_schedule
-from scheduler_app.scheduling import check_payload
 from scheduler_app.targets import TARGET_FIELDS, as_duration, build_targets
 
 logger = logging.getLogger("scheduler_app.schedules")
@@ -125,16 +125,10 @@ def sync_declared_schedules() -> list[Schedule]:
             s.name: s for s in Schedule.objects.select_for_update().filter(name__in=declared)
         }
         for name, wanted in declared.items():
-            current = existing.get(name)
-            if current is None:
-                wanted.declared_in_code = True
-                wanted.declared_version = version
-                wanted.created_at = wanted.updated_at = now
-                wanted.save(force_insert=True)
-                logger.info("schedule declared schedule=%s version=%s", name, version)
-                stored.append(wanted)
-                continue
+            current = existing.get(name) or _create(wanted, version, now)
             stored.append(current)
+            if current is wanted:
+                continue  # created as declared
             changed = [f for f in DEFINITION_FIELDS if getattr(current, f) != getattr(wanted, f)]
             if current.declared_version > version:
                 if changed:
@@ -172,6 +166,28 @@ def sync_declared_schedules() -> list[Schedule]:
                 ",".join(changed),
             )
     return stored
+
+
+def _create(wanted: Schedule, version: int, now: dt.datetime) -> Schedule:
+    """Insert ``wanted`` and return it; if another process inserted its name first, return
+    that schedule, locked.
+
+    select_for_update() cannot lock a name no row has yet: two workers starting together
+    both try the INSERT, and the second waits for the first's commit, then conflicts.
+    """
+    wanted.declared_in_code = True
+    wanted.declared_version = version
+    wanted.created_at = wanted.updated_at = now
+    try:
+        with transaction.atomic():
+            wanted.save(force_insert=True)
+    except IntegrityError:
+        theirs = Schedule.objects.select_for_update().filter(name=wanted.name).first()
+        if theirs is None:
+            raise  # not the name's conflict: a constraint refused the definition
+        return theirs
+    logger.info("schedule declared schedule=%s version=%s", wanted.name, version)
+    return wanted
 
 
 def prune_declared_schedules(names: Iterable[str] | None = None) -> list[str]:

@@ -19,7 +19,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 
 from scheduler_app import clock
 from scheduler_app.db import in_lists
-from scheduler_app.exceptions import SchedulerError
+from scheduler_app.exceptions import SchedulerError, describe
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
 from scheduler_app.models.jobs import OCCURRENCE_KEY_PREFIX
 from scheduler_app.schedules.policy import decide
@@ -56,7 +56,7 @@ def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
             except Exception as exc:
                 # A bug or bad data in one schedule must not stop the others.
                 logger.exception("schedule tick failed schedule=%s", schedule.name)
-                _record_error(schedule, now, "%s: %s" % (type(exc).__name__, exc))
+                _record_error(schedule, now, describe(exc))
     return enqueued
 
 

@@ -25,7 +25,7 @@ from django.template import Context, Engine, Template, TemplateSyntaxError
 from django.template.base import FilterExpression, Node, VariableNode, render_value_in_context
 from django.template.defaulttags import CycleNode, FirstOfNode, ForNode, IfChangedNode, IfNode
 
-from scheduler_app.exceptions import SchedulerError
+from scheduler_app.exceptions import SchedulerError, describe
 
 
 class RenderError(SchedulerError):
@@ -116,9 +116,7 @@ def _render(template: Template, context: Mapping[str, Any], part: str) -> str:
             % (exc.what, part, exc.remedy)
         ) from None
     except Exception as exc:  # a filter or tag failed on this recipient's data
-        raise RenderError(
-            "Rendering the %s failed: %s: %s" % (part, type(exc).__name__, exc)
-        ) from exc
+        raise RenderError("Rendering the %s failed: %s" % (part, describe(exc))) from exc
     for syntax in LEFTOVER_SYNTAX:
         if syntax in output:
             raise RenderError("The %s still contains template syntax %r." % (part, syntax))

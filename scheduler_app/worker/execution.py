@@ -20,7 +20,13 @@ from django.db import close_old_connections
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.cursors import DEFAULT_COUNT_KEY, CursorProposal, Cursors, with_processed_count
-from scheduler_app.exceptions import JobTimeout, RetryLater, SchedulerError, UnknownTask
+from scheduler_app.exceptions import (
+    JobTimeout,
+    RetryLater,
+    SchedulerError,
+    UnknownTask,
+    describe,
+)
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.registry import JobContext, TaskSpec, get_task
 
@@ -215,7 +221,7 @@ def fail(
 ) -> Finish:
     """Return the Finish for a failed attempt: a retry with backoff, or failed for good."""
     now = clock.now()
-    error = "%s: %s" % (type(exc).__name__, _message(exc))
+    error = describe(exc)
     if with_traceback:
         error += "\n\n" + "".join(traceback.format_exception(exc)).rstrip()
     error = storable_text(error)
@@ -239,14 +245,6 @@ def fail(
     return Finish(
         job=job, status=Status.FAILED, outcome=Outcome.FAILED, finished_at=now, error=error
     )
-
-
-def _message(exc: BaseException) -> str:
-    """Return str(exc), or a note saying why it could not be read (its __str__ raised)."""
-    try:
-        return str(exc)
-    except Exception as broken:
-        return "<the message could not be read: %s>" % type(broken).__name__
 
 
 def timeout_failure(job: ClaimedJob, *, abandoned_after: float | None = None) -> Finish:

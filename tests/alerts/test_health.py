@@ -95,3 +95,23 @@ def test_an_unreachable_database_exits_2():
     assert result.returncode == 2, (result.stdout, result.stderr)
     report = json.loads(result.stdout)
     assert report["status"] == "unknown" and "OperationalError" in report["error"]
+
+
+def test_a_rule_that_failed_to_evaluate_exits_2_and_is_named(monkeypatch):
+    """Its alerts cannot be told: healthy would be a guess. An open alert still exits 1."""
+    from scheduler_app.alerts import rules
+
+    def broken(situation):
+        raise ZeroDivisionError("bug in a rule")
+
+    monkeypatch.setitem(rules.RULES, Alert.Kind.LATE, broken)
+    unknown = health()
+    assert unknown.returncode == 2, unknown.stdout
+    assert unknown.stderr.strip() == "alerts: unknown (alert rules failed to evaluate: late)"
+    report = json.loads(health("--json").stdout)
+    assert (report["status"], report["failed_rules"]) == ("unknown", ["late"])
+
+    Job.objects.create(task_name="tests.noop", scheduled_for=clock.now(), run_at=clock.now())
+    failing = health()
+    assert failing.returncode == 1
+    assert failing.stderr.startswith("alerts: failing (alert rules failed to evaluate: late)")

@@ -37,6 +37,12 @@ def held_sync(ctx):
     release.wait(timeout=20)
 
 
+@task(name="tests.ops.unstorable_sync", max_attempts=1)
+def unstorable_sync(ctx):
+    ctx.cursor("unstorable").advance("2026-06-01\x00", processed=1)
+    return {"ok": True}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_cursor_moves_only_with_a_success_and_zero_counts_raise_suspicious_success():
     with running_worker():
@@ -74,3 +80,16 @@ def test_an_outcome_refused_by_the_lease_fence_does_not_move_the_cursor(caplog):
         )
     assert not SyncCursor.objects.filter(name="held").exists()
     assert Job.objects.get(pk=job.pk).status == Job.Status.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unstorable_cursor_value_fails_the_job_with_its_reason_at_once():
+    """PostgreSQL refused it with the success, which was dropped: the job ran until its
+    lease expired, again and again; SQLite stored it."""
+    with running_worker():
+        job = wait_for_status(schedule("tests.ops.unstorable_sync"), Job.Status.FAILED, timeout=8)
+    assert job.last_error.startswith(
+        "InvalidPayload: The value of cursor 'unstorable' contains a NUL character (\\x00), "
+        "which the database cannot store."
+    )
+    assert not SyncCursor.objects.filter(name="unstorable").exists()

@@ -7,10 +7,12 @@ run, and the next tick does not retry the same occurrence in a loop.
 from __future__ import annotations
 
 import pytest
+from django.db.models.signals import post_init
 
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
 from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
+from tests.helpers import UnreadableError
 from tests.schedules.steps import MINUTE, Outcome, finish_all, make_schedule, outcome_times, utc
 
 T0 = utc(2026, 6, 1, 10, 0)
@@ -99,3 +101,26 @@ def test_fixed_delay_schedule_whose_finished_jobs_were_pruned_keeps_running():
         assert enqueue_due_occurrences() == 2
     assert outcome_times(other, Outcome.ENQUEUED) == [T0 + QUARTER]
     assert len(outcome_times(schedule, Outcome.ENQUEUED)) == 2
+
+
+@pytest.mark.django_db
+def test_an_error_whose_message_cannot_be_read_is_recorded_and_spares_the_others():
+    """A project's receiver raises while the occurrence's job is made; str() of its
+    exception raises too. The tick used to die formatting it, taking the others down."""
+
+    def refuse(sender, instance, **kwargs):
+        if instance.payload == {"refused": True}:
+            raise UnreadableError
+
+    post_init.connect(refuse, sender=Job)
+    try:
+        with frozen_clock(T0):
+            broken = make_schedule("a-broken", cron="* * * * *", payload={"refused": True})
+            healthy = make_schedule("b-healthy", cron="* * * * *")
+            assert enqueue_due_occurrences() == 1
+    finally:
+        post_init.disconnect(refuse, sender=Job)
+    assert outcome_times(healthy, Outcome.ENQUEUED) == [T0]
+    error = ScheduleOccurrence.objects.get(schedule=broken)
+    assert (error.occurrence_at, error.outcome) == (T0, Outcome.ERROR)
+    assert error.detail == "UnreadableError: <the message could not be read: RuntimeError>"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler_app.sends.rendering import Message, MessageTemplate, RenderError
+from tests.helpers import UnreadableError
 
 EMPTY_FIRST_NAME = (
     "Variable 'first_name' is empty for this recipient (in the text body); "
@@ -163,3 +164,17 @@ def test_a_syntax_error_is_reported_at_compile_time():
 def test_the_engine_has_no_project_context():
     """No context processors or project settings leak into a message."""
     assert render_error("{{ user }}", {}) == "Variable 'user' is missing from the recipient's data."
+
+
+def test_a_value_raising_an_exception_whose_message_cannot_be_read_fails_the_recipient():
+    """str() of the value raises an exception whose own str() raises: the recipient
+    fails with a RenderError, not a RuntimeError from formatting the first one."""
+
+    class Unrenderable:
+        def __str__(self):
+            raise UnreadableError
+
+    assert render_error("Hi {{ thing }}", {"thing": Unrenderable()}) == (
+        "Rendering the text body failed: UnreadableError: "
+        "<the message could not be read: RuntimeError>"
+    )

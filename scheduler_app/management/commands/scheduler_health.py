@@ -1,7 +1,8 @@
 """``manage.py scheduler_health``: exit 0 when healthy, 1 when not, 2 when it cannot tell.
 
 --check=alerts (default): evaluate the alert rules, then fail while an alert
-is open and not acknowledged (for cron and monitoring). --check=readiness:
+is open and not acknowledged (for cron and monitoring); otherwise "cannot
+tell" when a rule failed to evaluate. --check=readiness:
 the database is reachable and migrated. --check=liveness: this process
 reaches the database; it never fails because a job is late, so a probe
 built on it never restarts healthy pods.
@@ -86,12 +87,18 @@ def check_alerts() -> tuple[int, dict[str, Any]]:
     evaluation = evaluate()
     open_alerts = Alert.objects.open().order_by("opened_at", "id")
     unacknowledged = [a for a in open_alerts if a.acknowledged_at is None]
-    details = {
+    details: dict[str, Any] = {
         "evaluated": not evaluation.skipped,
         "open_alerts": [alert_document("open", a) for a in open_alerts],
         "unacknowledged": len(unacknowledged),
+        "failed_rules": list(evaluation.failed_rules),
     }
-    return (FAILING if unacknowledged else OK), details
+    if evaluation.failed_rules:
+        details["error"] = "alert rules failed to evaluate: %s" % ", ".join(evaluation.failed_rules)
+    if unacknowledged:
+        return FAILING, details
+    # A rule that failed may have found something: its alerts cannot be told.
+    return (UNKNOWN if evaluation.failed_rules else OK), details
 
 
 CHECKS = {"alerts": check_alerts, "readiness": check_readiness, "liveness": check_liveness}

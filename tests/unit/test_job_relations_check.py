@@ -1,0 +1,77 @@
+"""System check E059: a project's relation to Job that the PostgreSQL prune (one raw
+DELETE, no on_delete) cannot honour is refused with the way out; a constraint would fail
+every prune.
+
+The models are declared in an isolated app registry: no table, no other test sees them.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.test import override_settings
+from django.test.utils import isolate_apps
+
+from scheduler_app.checks import check_job_relations
+from scheduler_app.models import Job
+
+HINT = (
+    "Declare it with on_delete=models.DO_NOTHING and db_constraint=False (a pruned job "
+    "leaves its id behind), keep the job's id in a plain integer field, or set "
+    "SCHEDULER_APP['RETENTION_JOBS_DAYS'] = None and delete finished jobs yourself."
+)
+
+
+def test_a_relation_to_job_is_refused_with_the_way_out():
+    with isolate_apps("tests.testapp") as apps:
+
+        class Order(models.Model):  # noqa: DJ008
+            job = models.ForeignKey(Job, on_delete=models.CASCADE)
+            reminder = models.OneToOneField(
+                Job, on_delete=models.SET_NULL, null=True, related_name="+"
+            )
+            # No constraint to fail, but on PostgreSQL the prune would not cascade.
+            audit = models.ForeignKey(
+                Job, on_delete=models.CASCADE, db_constraint=False, related_name="+"
+            )
+
+            class Meta:
+                app_label = "testapp"
+
+        class Receipt(models.Model):  # noqa: DJ008
+            # What the hint proposes: the prune leaves these alone.
+            job = models.ForeignKey(Job, on_delete=models.DO_NOTHING, db_constraint=False)
+            job_number = models.BigIntegerField()
+
+            class Meta:
+                app_label = "testapp"
+
+        errors = check_job_relations(app_configs=apps.get_app_configs())
+
+    assert [(e.id, e.obj.name) for e in errors] == [
+        ("scheduler_app.E059", "job"),
+        ("scheduler_app.E059", "reminder"),
+        ("scheduler_app.E059", "audit"),
+    ]
+    assert str(errors[0]) == (
+        "testapp.Order.job: (scheduler_app.E059) A relation to scheduler_app.Job that the "
+        "prune cannot honour: on PostgreSQL it deletes finished jobs with one SQL statement, "
+        "which ignores on_delete, so a database constraint would make every prune fail.\n\t"
+        "HINT: " + HINT
+    )
+
+
+def test_no_job_retention_or_no_relation_passes():
+    with isolate_apps("tests.testapp") as apps:
+
+        class Order(models.Model):  # noqa: DJ008
+            job = models.ForeignKey(Job, on_delete=models.CASCADE)
+
+            class Meta:
+                app_label = "testapp"
+
+        no_job_retention = {**settings.SCHEDULER_APP, "RETENTION_JOBS_DAYS": None}
+        with override_settings(SCHEDULER_APP=no_job_retention):
+            assert check_job_relations(app_configs=apps.get_app_configs()) == []
+    # scheduler_app's own relations (attempts, occurrences, cursors) are the prune's.
+    assert check_job_relations() == []
