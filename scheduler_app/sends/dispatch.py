@@ -45,7 +45,7 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.db import backend, database_now, write_across_reconnects
-from scheduler_app.exceptions import RetryLater, SchedulerError
+from scheduler_app.exceptions import RetryLater, SchedulerError, describe
 from scheduler_app.feedback import suppressions
 from scheduler_app.feedback.unsubscribe import (
     UnsubscribeLinks,
@@ -212,12 +212,14 @@ def _count_lane_error(batch_id: int, exc: Exception) -> None:
     """Count a lane error; pause the batch at LANE_ERRORS_BEFORE_PAUSE in a row."""
     SendBatch.objects.filter(pk=batch_id).update(lane_errors=F("lane_errors") + 1)
     errors = SendBatch.objects.filter(pk=batch_id).values_list("lane_errors", flat=True).first()
-    logger.warning("lane error batch=%s errors_in_a_row=%s error=%s", batch_id, errors, exc)
+    logger.warning(
+        "lane error batch=%s errors_in_a_row=%s error=%s", batch_id, errors, describe(exc)
+    )
     if errors is not None and errors >= LANE_ERRORS_BEFORE_PAUSE:
         states.pause(
             batch_id,
             reason="The send stopped after %s lane errors in a row with nothing sent; "
-            "last error: %s: %s" % (errors, type(exc).__name__, exc),
+            "last error: %s" % (errors, describe(exc)),
         )
 
 
@@ -673,9 +675,9 @@ def deliver(
     except (SlowDown, SenderRefused):
         raise
     except PermanentSendError as exc:
-        return Outcome(recipient_id, Status.FAILED, error="%s: %s" % (type(exc).__name__, exc))
+        return Outcome(recipient_id, Status.FAILED, error=describe(exc))
     except Exception as exc:  # TransientSendError, or a provider bug: retry this recipient
-        error = "%s: %s" % (type(exc).__name__, exc)
+        error = describe(exc)
         if not isinstance(exc, TransientSendError):
             logger.exception("provider raised an unexpected error key=%s", key)
         if attempts >= app_settings.RECIPIENT_MAX_ATTEMPTS:
