@@ -17,6 +17,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from scheduler_app.alerts import rules
 from scheduler_app.alerts.notifiers import OPENED
 from scheduler_app.alerts.store import claim_renotifications, deliver, open_alert, resolve_alert
+from scheduler_app.alerts.targets import task_targets
 from scheduler_app.conf import app_settings
 from scheduler_app.db import backend, database_now
 from scheduler_app.models import Alert, Schedule
@@ -74,7 +75,7 @@ def _take_lock() -> bool:
 
 def _run_rules(now: dt.datetime) -> tuple[list[rules.Finding], list[str]]:
     schedules = list(Schedule.objects.filter(enabled=True).order_by("name"))
-    situation = rules.Situation(now=now, schedules=schedules, targets=rules.task_targets(schedules))
+    situation = rules.Situation(now=now, schedules=schedules, targets=task_targets(schedules))
     findings: list[rules.Finding] = []
     failed: list[str] = []
     for kind, rule in rules.RULES.items():

@@ -84,3 +84,29 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return "%s %s" % (self.kind, self.subject)
+
+
+class AlertMemory(models.Model):
+    """What the absent and suspicious-success rules need from the history retention deletes.
+
+    The pruner records it just before it deletes finished jobs and schedule occurrences;
+    the rules read it together with the rows that remain. One row per subject
+    ("schedule:<name>" or "task:<name>", as the alerts name them).
+    """
+
+    subject = models.CharField(max_length=255, unique=True)
+    #: The latest pruned success: when it finished and how long it ran.
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_success_took = models.DurationField(null=True, blank=True)
+    #: The earliest pruned success or failure: the subject's history began then.
+    first_finished_at = models.DateTimeField(null=True, blank=True)
+    #: A task's latest pruned successes, newest first, as many as its ``zero_runs_alert``:
+    #: ``{"job": id, "finished_at": iso, "result": {count_key: value}}``.
+    recent_results = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        verbose_name = "alert memory"
+        verbose_name_plural = "alert memory"
+
+    def __str__(self) -> str:
+        return self.subject
