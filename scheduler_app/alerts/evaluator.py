@@ -15,8 +15,12 @@ import logging
 from django.db import InterfaceError, OperationalError, connection, transaction
 
 from scheduler_app.alerts import rules
-from scheduler_app.alerts.notifiers import OPENED
-from scheduler_app.alerts.store import claim_renotifications, deliver, open_alert, resolve_alert
+from scheduler_app.alerts.store import (
+    deliver_notices,
+    open_alert,
+    owe_renotifications,
+    resolve_alert,
+)
 from scheduler_app.alerts.targets import task_targets
 from scheduler_app.conf import app_settings
 from scheduler_app.db import backend, database_now
@@ -43,9 +47,9 @@ def evaluate() -> Evaluation:
     """Evaluate every rule once; open, refresh and resolve alerts; deliver what changed.
 
     A rule that raises is logged and skipped (its alerts stay as they are);
-    connection errors propagate. Deliveries happen after the commit.
+    connection errors propagate. Deliveries happen after the commit: the notices now
+    due, including the retries of failed ones.
     """
-    renotify: list[Alert] = []
     with transaction.atomic():
         if not _take_lock():
             return Evaluation(skipped=True)
@@ -53,11 +57,8 @@ def evaluate() -> Evaluation:
         lost = mark_lost_workers()
         findings, failed = _run_rules(now)
         opened, still_open, resolved = _apply(findings, failed, now)
-        renotify = claim_renotifications(
-            now, dt.timedelta(seconds=app_settings.ALERT_RENOTIFY_AFTER)
-        )
-    for alert in renotify:
-        deliver(OPENED, alert)
+        owe_renotifications(now, dt.timedelta(seconds=app_settings.ALERT_RENOTIFY_AFTER))
+    deliver_notices(now)
     return Evaluation(
         opened=tuple(opened),
         resolved=tuple(resolved),

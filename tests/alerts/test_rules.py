@@ -305,6 +305,7 @@ def test_no_worker_opens_for_a_queue_with_due_jobs_and_no_live_worker_and_resolv
 
 
 def test_an_alert_stays_one_row_while_open_and_a_new_breach_opens_a_new_one():
+    """A breach back within ALERT_RESOLVE_AFTER (300 s) reopens the alert; later, a new one."""
     with frozen_clock(T0) as clock:
         live_worker()
         pending = Job.objects.create(
@@ -317,6 +318,16 @@ def test_an_alert_stays_one_row_while_open_and_a_new_breach_opens_a_new_one():
         assert first.opened_at == T0 and first.last_seen_at == T0 + MINUTE
 
         Job.objects.filter(pk=pending.pk).update(status=Job.Status.CANCELLED)
+        evaluate()
+        pending = Job.objects.create(
+            task_name="tests.noop", scheduled_for=T0 - HOUR, run_at=T0 - HOUR
+        )
+        evaluate()
+        assert open_alerts(Kind.OVERDUE)["task:tests.noop"].pk == first.pk
+
+        Job.objects.filter(pk=pending.pk).update(status=Job.Status.CANCELLED)
+        evaluate()
+        clock.advance(5 * MINUTE)
         evaluate()
         Job.objects.create(task_name="tests.noop", scheduled_for=T0 - HOUR, run_at=T0 - HOUR)
         evaluate()
