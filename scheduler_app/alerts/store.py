@@ -151,6 +151,8 @@ def deliver_notices(now: dt.datetime, *, alert_id: int | None = None) -> int:
         if not claimed:
             continue  # delivered, reopened or claimed by another process meanwhile
         mine = Alert.objects.filter(pk=alert.pk, notice=alert.notice, notice_due_at=retry_at)
+        if not alert.notice_failures:  # receivers get each notice once, with its first try
+            _signal(alert.notice, alert)
         failed = deliver(alert.notice, alert, only=alert.notice_unreached)
         if failed is None or failed:
             mine.update(
@@ -186,11 +188,7 @@ def _backoff(failures: int) -> dt.timedelta:
 def deliver(event: str, alert: Alert, *, only: list[str] | None = None) -> list[str] | None:
     """Deliver ``alert`` through the notifiers (those keyed in ``only``, if given); return
     the keys of those that failed, or None if none could be built (logged, not raised).
-
-    The signal is sent with the first try of a notice (``only`` is None).
     """
-    if only is None:
-        _signal(event, alert)
     try:
         notifiers = configured_notifiers()
     except Exception:
