@@ -72,15 +72,13 @@ def _jobs_link(**query: str) -> str:
 # -- targets -----------------------------------------------------------------
 
 
-def expected_cadence(
-    schedule: Schedule, now: dt.datetime, took: dt.timedelta | None = None
-) -> dt.timedelta | None:
+def expected_cadence(schedule: Schedule, now: dt.datetime) -> dt.timedelta | None:
     """Return how long the schedule may go without a success before it is absent.
 
     Its own ``expected_every``, else its task's, else 1.1 x its longest gap
     between occurrences (its interval for fixed rate; for fixed delay its interval
-    plus ``took``, how long its last success ran, since the delay counts from the
-    end of a run) plus the misfire grace and jitter. None: it cannot be evaluated.
+    plus how long its latest success ran, since the delay counts from the end of a
+    run) plus the misfire grace and jitter. None: it cannot be evaluated.
     """
     declared = schedule.expected_every or _task_target(schedule.task_name).expected_every
     if declared:
@@ -96,8 +94,8 @@ def expected_cadence(
     else:
         period = schedule.interval
     try:
-        if schedule.kind == Schedule.Kind.FIXED_DELAY and took:
-            period += took
+        if schedule.kind == Schedule.Kind.FIXED_DELAY:
+            period += _last_took(schedule) or dt.timedelta(0)
         return period * CADENCE_SLACK + schedule.misfire_grace + schedule.jitter
     except OverflowError:  # durations stored unvalidated, beyond LONGEST_DURATION
         return None
@@ -189,7 +187,7 @@ def absent(situation: Situation) -> list[Finding]:
         scheduled_tasks.add(schedule.task_name)
         subject = "schedule:%s" % schedule.name
         remembered = memory.get(subject)
-        window = expected_cadence(schedule, situation.now, _last_took(schedule, remembered))
+        window = expected_cadence(schedule, situation.now)
         since = situation.now - window if window else None
         if since is None or schedule.created_at > since:
             continue  # younger than its window: it cannot have missed yet
@@ -224,10 +222,10 @@ def absent(situation: Situation) -> list[Finding]:
     return findings
 
 
-def _last_took(schedule: Schedule, remembered: AlertMemory | None) -> dt.timedelta | None:
-    """Return how long a fixed-delay schedule's latest success ran (None for other kinds)."""
-    if schedule.kind != Schedule.Kind.FIXED_DELAY:
-        return None
+def _last_took(schedule: Schedule) -> dt.timedelta | None:
+    """Return how long the schedule's latest success ran (pruned ones included)."""
+    if schedule.pk is None:
+        return None  # not saved: it has not run
     # Newest occurrence first, through the (schedule, occurrence_at) unique index: a fixed
     # delay's runs do not overlap, so the newest success is also the last to finish.
     latest = (
@@ -238,6 +236,7 @@ def _last_took(schedule: Schedule, remembered: AlertMemory | None) -> dt.timedel
     )
     if latest is not None and latest[1] is not None:
         return latest[0] - latest[1]
+    remembered = AlertMemory.objects.filter(subject="schedule:%s" % schedule.name).first()
     return remembered.last_success_took if remembered else None
 
 
