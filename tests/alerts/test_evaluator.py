@@ -384,3 +384,23 @@ def test_two_processes_opening_the_same_alert_at_once_end_with_one_row():
     assert not errors
     assert sorted(outcomes) == [False, True]
     assert Alert.objects.filter(kind=Kind.STALE_SEND).count() == 1
+
+
+@pytest.mark.django_db
+def test_an_alert_inserted_by_the_previous_release_owes_nothing_until_it_resolves():
+    """Migration 0028 is additive: an INSERT that names only the old columns still works
+    (database defaults), and the new code then owes that alert its resolved notice."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO scheduler_app_alert (kind, subject, summary, numbers, admin_url,"
+            " opened_at, last_seen_at, last_notified_at, notifications)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            ["no_worker", "queue:default", "old", "{}", "", T0, T0, T0, 1],
+        )
+    alert = Alert.objects.get()
+    assert (alert.notice, alert.notice_failures, alert.notice_due_at) == ("", 0, None)
+    with frozen_clock(T0):
+        evaluate()
+    alert.refresh_from_db()
+    assert (alert.resolved_at, alert.notice) == (T0, "resolved")
+    assert alert.notice_due_at == T0 + RESOLVE_AFTER
