@@ -337,6 +337,7 @@ def _check_tasks_backend(alias: str, params: dict[str, Any]) -> list[Error]:
 OPERABILITY_SECONDS = (
     "ALERT_INTERVAL",
     "ALERT_RENOTIFY_AFTER",
+    "ALERT_RESOLVE_AFTER",
     "OVERDUE_AFTER",
     "FAILING_WINDOW",
     "WORKER_HEARTBEAT_INTERVAL",

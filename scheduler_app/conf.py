@@ -92,6 +92,7 @@ DEFAULTS: dict[str, Any] = {
     "ALERT_INTERVAL": 60.0,
     "ALERT_NOTIFIERS": ["scheduler_app.alerts.notifiers.MailAdmins"],
     "ALERT_RENOTIFY_AFTER": 3600.0,
+    "ALERT_RESOLVE_AFTER": 300.0,
     "ADMIN_BASE_URL": "",
     "OVERDUE_AFTER": 600.0,
     "FAILING_RATE": 0.5,
@@ -318,6 +319,11 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "ALERT_RENOTIFY_AFTER": (
         "Seconds after which an open alert nobody acknowledged is delivered again."
+    ),
+    "ALERT_RESOLVE_AFTER": (
+        "Seconds an alert must stay resolved before its resolved notice goes out; if its "
+        "breach returns sooner the same alert reopens, with no new notice, so a flapping "
+        "condition is one opened and one resolved notice."
     ),
     "ADMIN_BASE_URL": (
         "The admin's absolute URL prefix (e.g. `https://ops.example.com`), for the links in "

@@ -32,6 +32,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from scheduler_app import clock
+from scheduler_app.alerts.memory import remember_pruned
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import PruneRefused
 from scheduler_app.models import (
@@ -254,6 +255,8 @@ def qualifying(cutoffs: dict[str, dt.datetime], *, limit: int) -> dict[str, int]
 
 
 def _remove(cutoffs: dict[str, dt.datetime], counts: dict[str, int], budget: int) -> dict:
+    # Before anything goes: the absent and suspicious-success rules still need it.
+    remember_pruned(cutoffs.get("jobs"), cutoffs.get("occurrences"))
     done: dict[str, int] = {}
     for kind in KINDS:
         if kind.name in cutoffs:

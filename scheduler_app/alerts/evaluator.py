@@ -15,8 +15,13 @@ import logging
 from django.db import InterfaceError, OperationalError, connection, transaction
 
 from scheduler_app.alerts import rules
-from scheduler_app.alerts.notifiers import OPENED
-from scheduler_app.alerts.store import claim_renotifications, deliver, open_alert, resolve_alert
+from scheduler_app.alerts.store import (
+    deliver_notices,
+    open_alert,
+    owe_renotifications,
+    resolve_alert,
+)
+from scheduler_app.alerts.targets import task_targets
 from scheduler_app.conf import app_settings
 from scheduler_app.db import backend, database_now
 from scheduler_app.models import Alert, Schedule
@@ -42,9 +47,9 @@ def evaluate() -> Evaluation:
     """Evaluate every rule once; open, refresh and resolve alerts; deliver what changed.
 
     A rule that raises is logged and skipped (its alerts stay as they are);
-    connection errors propagate. Deliveries happen after the commit.
+    connection errors propagate. Deliveries happen after the commit: the notices now
+    due, including the retries of failed ones.
     """
-    renotify: list[Alert] = []
     with transaction.atomic():
         if not _take_lock():
             return Evaluation(skipped=True)
@@ -52,11 +57,8 @@ def evaluate() -> Evaluation:
         lost = mark_lost_workers()
         findings, failed = _run_rules(now)
         opened, still_open, resolved = _apply(findings, failed, now)
-        renotify = claim_renotifications(
-            now, dt.timedelta(seconds=app_settings.ALERT_RENOTIFY_AFTER)
-        )
-    for alert in renotify:
-        deliver(OPENED, alert)
+        owe_renotifications(now, dt.timedelta(seconds=app_settings.ALERT_RENOTIFY_AFTER))
+    deliver_notices(now)
     return Evaluation(
         opened=tuple(opened),
         resolved=tuple(resolved),
@@ -74,7 +76,7 @@ def _take_lock() -> bool:
 
 def _run_rules(now: dt.datetime) -> tuple[list[rules.Finding], list[str]]:
     schedules = list(Schedule.objects.filter(enabled=True).order_by("name"))
-    situation = rules.Situation(now=now, schedules=schedules, targets=rules.task_targets(schedules))
+    situation = rules.Situation(now=now, schedules=schedules, targets=task_targets(schedules))
     findings: list[rules.Finding] = []
     failed: list[str] = []
     for kind, rule in rules.RULES.items():

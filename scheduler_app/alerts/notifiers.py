@@ -139,6 +139,10 @@ def build_notifier(entry: Any) -> Notifier:
     raise ValueError("a notifier is a dotted path or a dict with a 'class' key, not %r" % entry)
 
 
-def configured_notifiers() -> list[Notifier]:
-    """Return the notifiers ALERT_NOTIFIERS lists."""
-    return [build_notifier(entry) for entry in app_settings.ALERT_NOTIFIERS]
+def configured_notifiers() -> dict[str, Notifier]:
+    """Return the notifiers ALERT_NOTIFIERS lists, by their entry written as JSON (the key
+    an alert records for a notifier its notice has not reached yet)."""
+    return {
+        json.dumps(entry, sort_keys=True, default=str): build_notifier(entry)
+        for entry in app_settings.ALERT_NOTIFIERS
+    }

@@ -21,6 +21,7 @@ from scheduler_app.conf import app_settings
 from scheduler_app.lateness import lateness_by_task
 from scheduler_app.models import (
     Alert,
+    AlertMemory,
     FeedbackEvent,
     Job,
     Recipient,
@@ -72,24 +73,13 @@ def _jobs_link(**query: str) -> str:
 # -- targets -----------------------------------------------------------------
 
 
-def task_targets(schedules: list[Schedule]) -> dict[str, Targets]:
-    """Return each task's targets: its first enabled schedule's (by name) over the task's own."""
-    targets = {name: spec.targets for name, spec in all_tasks().items()}
-    seen: set[str] = set()
-    for schedule in schedules:
-        if schedule.task_name not in seen:
-            seen.add(schedule.task_name)
-            own = Targets.of(schedule)
-            targets[schedule.task_name] = own.over(targets.get(schedule.task_name, NO_TARGETS))
-    return targets
-
-
 def expected_cadence(schedule: Schedule, now: dt.datetime) -> dt.timedelta | None:
     """Return how long the schedule may go without a success before it is absent.
 
     Its own ``expected_every``, else its task's, else 1.1 x its longest gap
-    between occurrences (its interval for fixed rate and delay) plus the
-    misfire grace and jitter. None: the schedule cannot be evaluated.
+    between occurrences (its interval for fixed rate; for fixed delay its interval
+    plus how long its latest success ran, since the delay counts from the end of a
+    run) plus the misfire grace and jitter. None: it cannot be evaluated.
     """
     declared = schedule.expected_every or _task_target(schedule.task_name).expected_every
     if declared:
@@ -105,6 +95,8 @@ def expected_cadence(schedule: Schedule, now: dt.datetime) -> dt.timedelta | Non
     else:
         period = schedule.interval
     try:
+        if schedule.kind == Schedule.Kind.FIXED_DELAY:
+            period += _last_took(schedule) or dt.timedelta(0)
         return period * CADENCE_SLACK + schedule.misfire_grace + schedule.jitter
     except OverflowError:  # durations stored unvalidated, beyond LONGEST_DURATION
         return None
@@ -185,11 +177,17 @@ def overdue(situation: Situation) -> list[Finding]:
 
 
 def absent(situation: Situation) -> list[Finding]:
-    """Schedules (and tasks declaring ``expected_every``) with no success within the cadence."""
+    """Schedules (and tasks declaring ``expected_every``) with no success within the cadence.
+
+    Successes and history retention deleted count too (``AlertMemory``).
+    """
+    memory = AlertMemory.objects.in_bulk(field_name="subject")
     findings = []
     scheduled_tasks = set()
     for schedule in situation.schedules:
         scheduled_tasks.add(schedule.task_name)
+        subject = "schedule:%s" % schedule.name
+        remembered = memory.get(subject)
         window = expected_cadence(schedule, situation.now)
         since = situation.now - window if window else None
         if since is None or schedule.created_at > since:
@@ -200,35 +198,70 @@ def absent(situation: Situation) -> list[Finding]:
             job__status=Job.Status.SUCCEEDED,
             job__finished_at__gte=since,
         ).exists()
-        if not succeeded:
+        if not succeeded and not _remembered_since(remembered, since):
             ran = Job.objects.filter(schedule_occurrences__schedule=schedule)
-            findings.append(_absent("schedule:%s" % schedule.name, schedule.task_name, window, ran))
+            findings.append(_absent(subject, schedule.task_name, window, ran, remembered))
     for task_name, targets in situation.targets.items():
         window = targets.expected_every
         if not window or task_name in scheduled_tasks:
             continue
         since = situation.now - window
+        subject = "task:%s" % task_name
+        remembered = memory.get(subject)
         finished = Job.objects.filter(task_name=task_name)
         has_history = finished.filter(
             status__in=[Job.Status.SUCCEEDED, Job.Status.FAILED], finished_at__lt=since
-        ).exists()
+        ).exists() or bool(
+            remembered and remembered.first_finished_at and remembered.first_finished_at < since
+        )
         if (
             has_history
             and not finished.filter(status=Job.Status.SUCCEEDED, finished_at__gte=since).exists()
+            and not _remembered_since(remembered, since)
         ):
-            findings.append(_absent("task:%s" % task_name, task_name, window, finished))
+            findings.append(_absent(subject, task_name, window, finished, remembered))
     return findings
 
 
-def _absent(subject: str, task_name: str, window: dt.timedelta, jobs: QuerySet[Job]) -> Finding:
+def _last_took(schedule: Schedule) -> dt.timedelta | None:
+    """Return how long the schedule's latest success ran (pruned ones included)."""
+    if schedule.pk is None:
+        return None  # not saved: it has not run
+    # Newest occurrence first, through the (schedule, occurrence_at) unique index: a fixed
+    # delay's runs do not overlap, so the newest success is also the last to finish.
+    latest = (
+        ScheduleOccurrence.objects.filter(schedule=schedule, job__status=Job.Status.SUCCEEDED)
+        .order_by("-occurrence_at")
+        .values_list("job__finished_at", "job__started_at")
+        .first()
+    )
+    if latest is not None and latest[1] is not None:
+        return latest[0] - latest[1]
+    remembered = AlertMemory.objects.filter(subject="schedule:%s" % schedule.name).first()
+    return remembered.last_success_took if remembered else None
+
+
+def _remembered_since(remembered: AlertMemory | None, since: dt.datetime) -> bool:
+    return bool(remembered and remembered.last_success_at and remembered.last_success_at >= since)
+
+
+def _absent(
+    subject: str,
+    task_name: str,
+    window: dt.timedelta,
+    jobs: QuerySet[Job],
+    remembered: AlertMemory | None,
+) -> Finding:
     """Return the absent finding; its last success is the latest among ``jobs`` (the subject's
-    own: a schedule's occurrences, not every job of its task)."""
-    last = (
+    own: a schedule's occurrences, not every job of its task) and the remembered one."""
+    found = [
         jobs.filter(status=Job.Status.SUCCEEDED)
         .order_by("-finished_at")
         .values_list("finished_at", flat=True)
-        .first()
-    )
+        .first(),
+        remembered.last_success_at if remembered else None,
+    ]
+    last = max((at for at in found if at is not None), default=None)
     return Finding(
         kind=Kind.ABSENT,
         subject=subject,
@@ -243,17 +276,14 @@ def _absent(subject: str, task_name: str, window: dt.timedelta, jobs: QuerySet[J
 
 
 def suspicious_success(situation: Situation) -> list[Finding]:
-    """Tasks whose last ``zero_runs_alert`` successes all counted 0 items under ``count_key``."""
+    """Tasks whose last ``zero_runs_alert`` successes (pruned ones included, from
+    ``AlertMemory``) all counted 0 items under ``count_key``."""
     findings = []
     for task_name, targets in sorted(situation.targets.items()):
         runs, key = targets.zero_runs_alert, targets.count_key
         if not runs or not key:
             continue
-        results = list(
-            Job.objects.filter(task_name=task_name, status=Job.Status.SUCCEEDED)
-            .order_by("-finished_at")
-            .values_list("result", flat=True)[:runs]
-        )
+        results = _latest_results(task_name, runs)
         if len(results) == runs and all(_counted_zero(result, key) for result in results):
             findings.append(
                 Finding(
@@ -266,6 +296,23 @@ def suspicious_success(situation: Situation) -> list[Finding]:
                 )
             )
     return findings
+
+
+def _latest_results(task_name: str, runs: int) -> list[Any]:
+    """Return the results of the task's latest ``runs`` successes, newest first."""
+    live = list(
+        Job.objects.filter(task_name=task_name, status=Job.Status.SUCCEEDED)
+        .order_by("-finished_at")
+        .values_list("pk", "result")[:runs]
+    )
+    results = [result for _, result in live]
+    if len(results) < runs:
+        kept = {pk for pk, _ in live}
+        remembered = AlertMemory.objects.filter(subject="task:%s" % task_name).first()
+        for entry in remembered.recent_results if remembered else []:
+            if entry["job"] not in kept and len(results) < runs:
+                results.append(entry["result"])
+    return results
 
 
 def _counted_zero(result: Any, key: str) -> bool:

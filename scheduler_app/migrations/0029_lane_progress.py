@@ -20,7 +20,7 @@ class Migration(migrations.Migration):
     # Additive: a new table, and three fields renamed in the model only (their columns stay,
     # so workers of the previous release keep counting on the batch row during a deploy).
     dependencies = [
-        ("scheduler_app", "0027_sendbatch_breaker_validators"),
+        ("scheduler_app", "0028_alert_memory"),
     ]
 
     operations = [

@@ -1,4 +1,4 @@
-from scheduler_app.models.alerts import Alert
+from scheduler_app.models.alerts import Alert, AlertMemory
 from scheduler_app.models.controls import Control, ControlEvent
 from scheduler_app.models.cursors import SyncCursor
 from scheduler_app.models.jobs import Job, JobAttempt, LatenessOverview, OperationsOverview
@@ -10,6 +10,7 @@ from scheduler_app.models.workers import WorkerHeartbeat
 
 __all__ = [
     "Alert",
+    "AlertMemory",
     "Control",
     "ControlEvent",
     "FeedbackEvent",

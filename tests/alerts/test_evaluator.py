@@ -26,6 +26,7 @@ from tests.alerts.notifiers import Exploding
 
 Kind = Alert.Kind
 HOUR = dt.timedelta(hours=1)
+RESOLVE_AFTER = dt.timedelta(seconds=300)
 
 
 def alert_settings(**values):
@@ -118,14 +119,16 @@ def test_the_webhook_receives_the_alert_as_json_when_it_opens_and_resolves(
     with (
         webhook_target(Handler) as webhook,
         alert_settings(ALERT_NOTIFIERS=[webhook], ADMIN_BASE_URL="https://ops.example.com"),
-        frozen_clock(T0),
+        frozen_clock(T0) as clock,
     ):
         job = due_job_without_worker()
         with django_capture_on_commit_callbacks(execute=True):
             evaluate()
         Job.objects.filter(pk=job.pk).update(status=Job.Status.CANCELLED)
-        with django_capture_on_commit_callbacks(execute=True):
-            evaluate()
+        evaluate()
+        assert len(bodies) == 1  # resolved, not notified before ALERT_RESOLVE_AFTER (300 s)
+        clock.advance(RESOLVE_AFTER)
+        evaluate()
 
     assert [(b["event"], b["kind"], b["subject"]) for b in bodies] == [
         ("opened", "no_worker", "queue:default"),
@@ -134,6 +137,105 @@ def test_the_webhook_receives_the_alert_as_json_when_it_opens_and_resolves(
     assert bodies[0]["since"] == T0.isoformat()
     assert bodies[0]["admin_url"] == "https://ops.example.com/admin/scheduler_app/workerheartbeat/"
     assert bodies[1]["resolved_at"] == T0.isoformat()
+
+
+def answering(*statuses: int) -> tuple[list, type[QuietHandler]]:
+    """Return (bodies received, a handler answering ``statuses`` in turn, then 204s)."""
+    bodies: list = []
+    answers = list(statuses)
+
+    class Handler(QuietHandler):
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(answers.pop(0) if answers else 204)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    return bodies, Handler
+
+
+@pytest.mark.django_db
+def test_a_failed_notice_is_retried_with_backoff_on_the_notifiers_that_missed_it(
+    django_capture_on_commit_callbacks,
+):
+    """Before, the alert counted as notified before its delivery: a failed opened notice
+    waited ALERT_RENOTIFY_AFTER (an hour) and a failed resolved notice was never sent."""
+    bodies, handler = answering(500, 503, 204, 500)
+    events = lambda: [body["event"] for body in bodies]  # noqa: E731
+    notifiers = ["scheduler_app.alerts.notifiers.MailAdmins"]
+    with (
+        webhook_target(handler) as webhook,
+        alert_settings(ALERT_NOTIFIERS=[webhook, *notifiers], ALERT_INTERVAL=60),
+        frozen_clock(T0) as clock,
+    ):
+        job = due_job_without_worker()
+        with django_capture_on_commit_callbacks(execute=True):
+            evaluate()
+        assert events() == ["opened"]  # answered 500
+        clock.advance(dt.timedelta(seconds=59))
+        evaluate()
+        assert events() == ["opened"]  # the first retry waits ALERT_INTERVAL
+        clock.advance(dt.timedelta(seconds=1))
+        evaluate()
+        assert events() == ["opened"] * 2  # answered 503: the next waits twice as long
+        clock.advance(dt.timedelta(seconds=119))
+        evaluate()
+        assert events() == ["opened"] * 2
+        clock.advance(dt.timedelta(seconds=1))
+        evaluate()
+        assert events() == ["opened"] * 3  # answered 204
+        alert = Alert.objects.get()
+        assert (alert.notifications, alert.notice, alert.last_notified_at) == (
+            1,
+            "",
+            T0 + dt.timedelta(seconds=180),
+        )
+        assert len(alert_mails()) == 1  # the mail went out once, at the first try
+
+        Job.objects.filter(pk=job.pk).update(status=Job.Status.CANCELLED)
+        evaluate()
+        clock.advance(RESOLVE_AFTER)
+        evaluate()
+        assert events()[3:] == ["resolved"]  # answered 500
+        clock.advance(dt.timedelta(seconds=60))
+        evaluate()
+        assert events()[3:] == ["resolved"] * 2
+    alert.refresh_from_db()
+    assert (alert.notifications, alert.notice) == (2, "")
+    assert [m.subject for m in alert_mails()] == [
+        "[Django] [opened] no_worker: queue:default",
+        "[Django] [resolved] no_worker: queue:default",
+    ]
+
+
+@pytest.mark.django_db
+def test_a_flapping_condition_is_one_alert_with_one_opened_and_one_resolved_notice(
+    django_capture_on_commit_callbacks,
+):
+    """Before, each flap opened a new alert and sent an opened and a resolved notice."""
+    bodies, handler = answering()
+    minute = dt.timedelta(minutes=1)
+    with (
+        webhook_target(handler) as webhook,
+        alert_settings(ALERT_NOTIFIERS=[webhook]),
+        frozen_clock(T0) as clock,
+    ):
+        for _ in range(3):  # due, then started, every minute
+            job = due_job_without_worker()
+            with django_capture_on_commit_callbacks(execute=True):
+                evaluate()
+            clock.advance(minute)
+            Job.objects.filter(pk=job.pk).update(status=Job.Status.CANCELLED)
+            evaluate()
+            clock.advance(minute)
+        assert [body["event"] for body in bodies] == ["opened"]
+        clock.advance(RESOLVE_AFTER - minute)
+        evaluate()
+    assert [(body["event"], body["id"]) for body in bodies] == [
+        ("opened", bodies[0]["id"]),
+        ("resolved", bodies[0]["id"]),
+    ]
+    assert Alert.objects.filter(kind=Kind.NO_WORKER).count() == 1
 
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
@@ -282,3 +384,23 @@ def test_two_processes_opening_the_same_alert_at_once_end_with_one_row():
     assert not errors
     assert sorted(outcomes) == [False, True]
     assert Alert.objects.filter(kind=Kind.STALE_SEND).count() == 1
+
+
+@pytest.mark.django_db
+def test_an_alert_inserted_by_the_previous_release_owes_nothing_until_it_resolves():
+    """Migration 0028 is additive: an INSERT that names only the old columns still works
+    (database defaults), and the new code then owes that alert its resolved notice."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO scheduler_app_alert (kind, subject, summary, numbers, admin_url,"
+            " opened_at, last_seen_at, last_notified_at, notifications)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            ["no_worker", "queue:default", "old", "{}", "", T0, T0, T0, 1],
+        )
+    alert = Alert.objects.get()
+    assert (alert.notice, alert.notice_failures, alert.notice_due_at) == ("", 0, None)
+    with frozen_clock(T0):
+        evaluate()
+    alert.refresh_from_db()
+    assert (alert.resolved_at, alert.notice) == (T0, "resolved")
+    assert alert.notice_due_at == T0 + RESOLVE_AFTER

@@ -129,6 +129,31 @@ def test_absent_for_a_schedule_follows_its_recurrence_by_default():
         assert set(open_alerts(Kind.ABSENT)) == {"schedule:every-ten"}
 
 
+def test_absent_for_a_fixed_delay_schedule_allows_for_how_long_its_runs_take():
+    """The delay counts from the end of a run: a 1-hour delay with 10-minute runs succeeds
+    every 70 minutes. Before, its window (1.1 x 1 h + 1 min) opened an alert every hour."""
+    with frozen_clock(T0) as clock:
+        schedule = Schedule.objects.create(
+            name="hourly-delay",
+            task_name="tests.noop",
+            kind=Schedule.Kind.FIXED_DELAY,
+            interval=HOUR,
+            created_at=T0 - 10 * HOUR,
+        )
+        ran = job("tests.noop", Job.Status.SUCCEEDED, at=T0, started_at=T0 - 10 * MINUTE)
+        ScheduleOccurrence.objects.create(
+            schedule=schedule, occurrence_at=T0 - 10 * MINUTE, outcome="enqueued", job=ran
+        )
+        clock.advance(68 * MINUTE)  # the next run started 8 minutes ago
+        evaluate()
+        assert open_alerts(Kind.ABSENT) == {}
+
+        clock.advance(11 * MINUTE)  # (60 + 10) x 1.1 + 1 = 78 minutes without a success
+        evaluate()
+        alert = open_alerts(Kind.ABSENT)["schedule:hourly-delay"]
+        assert alert.numbers["expected_every_seconds"] == 78 * 60
+
+
 @pytest.mark.postgres_only  # SQLite cannot store such a jitter
 def test_absent_is_evaluated_for_every_schedule_when_one_has_a_duration_too_long_to_add():
     with frozen_clock(T0):
@@ -280,6 +305,7 @@ def test_no_worker_opens_for_a_queue_with_due_jobs_and_no_live_worker_and_resolv
 
 
 def test_an_alert_stays_one_row_while_open_and_a_new_breach_opens_a_new_one():
+    """A breach back within ALERT_RESOLVE_AFTER (300 s) reopens the alert; later, a new one."""
     with frozen_clock(T0) as clock:
         live_worker()
         pending = Job.objects.create(
@@ -292,6 +318,16 @@ def test_an_alert_stays_one_row_while_open_and_a_new_breach_opens_a_new_one():
         assert first.opened_at == T0 and first.last_seen_at == T0 + MINUTE
 
         Job.objects.filter(pk=pending.pk).update(status=Job.Status.CANCELLED)
+        evaluate()
+        pending = Job.objects.create(
+            task_name="tests.noop", scheduled_for=T0 - HOUR, run_at=T0 - HOUR
+        )
+        evaluate()
+        assert open_alerts(Kind.OVERDUE)["task:tests.noop"].pk == first.pk
+
+        Job.objects.filter(pk=pending.pk).update(status=Job.Status.CANCELLED)
+        evaluate()
+        clock.advance(5 * MINUTE)
         evaluate()
         Job.objects.create(task_name="tests.noop", scheduled_for=T0 - HOUR, run_at=T0 - HOUR)
         evaluate()

@@ -121,7 +121,7 @@ def test_the_largest_accepted_durations_work_where_larger_ones_overflowed():
     import threading
 
     from scheduler_app import clock, retention, workers
-    from scheduler_app.alerts.store import claim_renotifications
+    from scheduler_app.alerts.store import owe_renotifications
     from scheduler_app.bounds import LONGEST_DAYS, LONGEST_SECONDS
 
     now = clock.now()
@@ -136,7 +136,7 @@ def test_the_largest_accepted_durations_work_where_larger_ones_overflowed():
     ):
         assert retention.cutoffs_for(now)["jobs"] == now - dt.timedelta(days=LONGEST_DAYS)
         assert workers.lost_after() == longest
-    assert claim_renotifications(now, longest) == []
+    assert owe_renotifications(now, longest) == 0
     assert now + longest + longest < dt.datetime.max.replace(tzinfo=dt.UTC)
 
 

@@ -35,6 +35,7 @@ def test_the_test_settings_pass_the_operability_checks():
         ({"ALERT_INTERVAL": 0}, ["scheduler_app.E040"]),
         ({"STALE_SEND_AFTER": "1h"}, ["scheduler_app.E040"]),
         ({"ALERT_INTERVAL": float("nan")}, ["scheduler_app.E040"]),
+        ({"ALERT_RESOLVE_AFTER": -1}, ["scheduler_app.E040"]),
         ({"WORKER_LOST_AFTER": float("inf")}, ["scheduler_app.E040"]),
         ({"FAILING_RATE": 1}, ["scheduler_app.E041"]),
         ({"ADMIN_BASE_URL": "ops.example.com"}, ["scheduler_app.E042"]),
