@@ -27,7 +27,11 @@ from scheduler_app.sends.providers import (
     SlowDown,
     TransientSendError,
 )
-from scheduler_app.sends.providers.email import DjangoEmailProvider, message_id_for
+from scheduler_app.sends.providers.email import (
+    THROTTLED_DELAY,
+    DjangoEmailProvider,
+    message_id_for,
+)
 from scheduler_app.sends.rendering import Message
 
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
@@ -43,6 +47,8 @@ class Handler:
     async def handle_MAIL(self, server, session, envelope, address, mail_options):
         if address.startswith("blocked@"):
             return "553 5.7.1 Sender address rejected: not owned by you"
+        if address.startswith("rated@"):
+            return "421 4.7.0 Rate limit exceeded, closing connection"
         envelope.mail_from = address
         return "250 OK"
 
@@ -61,6 +67,8 @@ class Handler:
             return "554 5.7.1 Message rejected as spam"
         if parsed["Subject"] == "Later":
             return "452 4.3.1 Insufficient system storage"
+        if parsed["Subject"] == "Throttled":
+            return "451 4.7.0 Too many messages, slow down"
         self.accepted.append(parsed)
         return "250 Message accepted"
 
@@ -228,6 +236,26 @@ def test_4xx_on_data_is_transient(smtp_server):
     assert str(raised.value) == (
         "The SMTP server refused the message for now: 452 4.3.1 Insufficient system storage"
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "reply"),
+    [
+        ({"subject": "Throttled"}, "451 4.7.0 Too many messages, slow down"),
+        ({"from_email": "rated@example.com"}, "421 4.7.0 Rate limit exceeded, closing connection"),
+    ],
+)
+def test_a_throttling_answer_at_mail_or_data_is_slow_down_not_the_recipients_fault(
+    smtp_server, extra, reply
+):
+    """421, or 4xx X.7.x (policy) at MAIL FROM or DATA: the server paces us, the lane slows."""
+    _, port = smtp_server
+
+    with pytest.raises(SlowDown) as raised:
+        send(port, "ann@example.com", **extra)
+
+    assert str(raised.value) == "The SMTP server asks us to slow down: %s" % reply
+    assert raised.value.delay == THROTTLED_DELAY
 
 
 def test_no_server_listening_is_slow_down_not_the_recipients_fault():

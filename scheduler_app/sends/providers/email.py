@@ -24,6 +24,8 @@ from scheduler_app.sends.providers import (
 )
 from scheduler_app.sends.rendering import Message
 
+#: How long a lane pauses after a throttling answer (SMTP gives no Retry-After).
+THROTTLED_DELAY = dt.timedelta(seconds=1)
 #: How long a lane waits when the mail server cannot be reached (nothing was sent).
 UNREACHABLE_DELAY = dt.timedelta(seconds=30)
 
@@ -58,8 +60,10 @@ class DjangoEmailProvider:
     Whose fault a refusal is decides what happens next: an address Django
     cannot build a message for, or 5xx on RCPT, is permanent for that
     recipient; 5xx on AUTH, MAIL FROM or DATA is SenderRefused (ours, not
-    the recipient's); 4xx, timeouts and dropped connections are transient; a
-    server that cannot be reached (nothing was sent) is SlowDown. An RFC 3463
+    the recipient's); 421, and 4xx X.7.x (policy, e.g. a rate) at MAIL FROM or
+    DATA, are SlowDown (the server paces us: the lane's window shrinks); other
+    4xx, timeouts and dropped connections are transient; a server that cannot
+    be reached (nothing was sent) is SlowDown. An RFC 3463
     enhanced code overrides the stage (one recipient per transaction): X.1/X.2
     (address, mailbox) at RCPT or DATA is the recipient's, 5xx X.3/X.5/X.7
     (system, protocol, policy) at RCPT is ours.
@@ -209,6 +213,13 @@ def _refused(exc: smtplib.SMTPResponseException, address: str) -> SendError:
     reply = _text(exc.smtp_error)
     if isinstance(exc, smtplib.SMTPDataError) and _subject(reply) in RECIPIENT_SUBJECTS:
         return _recipient_refused(address, exc.smtp_code, reply)
+    if exc.smtp_code == 421 or (400 <= exc.smtp_code < 500 and _subject(reply) == "7"):
+        # The server paces us (421 closes the session; 4xx X.7.x is a policy such as a
+        # rate): nobody's fault, nothing was sent, the lane slows down.
+        return SlowDown(
+            THROTTLED_DELAY,
+            "The SMTP server asks us to slow down: %s %s" % (exc.smtp_code, reply),
+        )
     if isinstance(exc, smtplib.SMTPAuthenticationError):
         what = "our credentials"
     elif isinstance(exc, smtplib.SMTPSenderRefused):
