@@ -17,7 +17,9 @@ The trial of issue #10, as a new user would run it, and too long for CI
   flushes it before answering 250, so deliveries are counted at the server;
 - BENCH_WORKERS (3) ``runworker --lease BENCH_LEASE`` processes (runworker's
   default concurrency), SEND_CLAIM_SECONDS BENCH_CLAIM_SECONDS (6),
-  SEND_LANES BENCH_SEND_LANES (3), SEND_CHUNK_SIZE BENCH_SEND_CHUNK (100);
+  SEND_LANES BENCH_SEND_LANES (3), SEND_CHUNK_SIZE BENCH_SEND_CHUNK (100),
+  SEND_WINDOW BENCH_SEND_WINDOW (50); the server answers each message
+  BENCH_SMTP_DELAY (0) seconds late, as an ESP does (0.08 for the #31 figure);
 - every BENCH_KILL_EVERY (2; 0: never) seconds one worker is SIGKILLed (any
   of them, or with BENCH_KILL_TARGET=lane one running a lane of the batch if
   there is one) and a new one started at once. No
@@ -44,7 +46,7 @@ BENCH_LOG, and the last stdout line is::
 
 The script exits 1 when a guarantee broke: the batch did not complete; a
 completed batch left a recipient unreached; two copies of one recipient
-differ in Message-ID or Idempotency-Key; extra copies exceed kills x lanes.
+differ in Message-ID or Idempotency-Key; extra copies exceed kills x lanes x window.
 """
 
 from __future__ import annotations
@@ -96,13 +98,19 @@ STOPPED = ("completed", "failed", "paused", "cancelled")
 
 
 class RecordingHandler:
-    """aiosmtpd handler: one line per accepted message, flushed before the 250."""
+    """aiosmtpd handler: one line per accepted message, flushed before the 250, which comes
+    ``delay`` seconds after the message (an ESP's answer time; other sessions go on)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, delay: float) -> None:
         self.out = open(path, "a", buffering=1)  # noqa: SIM115 (open for the server's life)
+        self.delay = delay
 
     async def handle_DATA(self, server, session, envelope) -> str:
+        import asyncio
         from email.parser import BytesHeaderParser
+
+        if self.delay:
+            await asyncio.sleep(self.delay)
 
         headers = BytesHeaderParser().parsebytes(envelope.original_content or envelope.content)
         message_id = headers.get("Message-ID", "")
@@ -113,7 +121,7 @@ class RecordingHandler:
         return "250 Message accepted for delivery"
 
 
-def run_smtpd(port: int, path: str) -> None:
+def run_smtpd(port: int, path: str, delay: float) -> None:
     """Serve SMTP on 127.0.0.1:``port``, recording deliveries to ``path``, until SIGTERM."""
     import logging
 
@@ -126,7 +134,7 @@ def run_smtpd(port: int, path: str) -> None:
     # before the controller's thread starts, so that thread inherits the mask.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     controller = Controller(
-        RecordingHandler(path), hostname="127.0.0.1", port=port, server_hostname="bench-smtp"
+        RecordingHandler(path, delay), hostname="127.0.0.1", port=port, server_hostname="bench-smtp"
     )
     controller.start()
     print("smtp ready port=%s" % port, flush=True)
@@ -137,12 +145,19 @@ def run_smtpd(port: int, path: str) -> None:
 class SmtpServer:
     """The SMTP server subprocess and the deliveries it recorded."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, delay: float) -> None:
         self.path = path
         path.write_text("")
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "smtpd", str(self.port), str(path)],
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "smtpd",
+                str(self.port),
+                str(path),
+                str(delay),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -299,11 +314,9 @@ def populate(recipients: int) -> None:
 def batch_state(batch_id: int) -> dict:
     from scheduler_app.models import SendBatch
 
-    return (
-        SendBatch.objects.filter(pk=batch_id)
-        .values("status", "status_reason", "sent", "failed", "skipped", "total")
-        .get()
-    )
+    batch = SendBatch.objects.get(pk=batch_id)
+    fields = ("status", "status_reason", "sent", "failed", "skipped", "total")
+    return {name: getattr(batch, name) for name in fields}
 
 
 def run_trial(params: dict, url: str, smtp: SmtpServer) -> dict:
@@ -319,6 +332,7 @@ def run_trial(params: dict, url: str, smtp: SmtpServer) -> dict:
         "BENCH_SMTP_PORT": str(smtp.port),
         "SCHEDULER_SEND_CLAIM_SECONDS": str(params["claim_seconds"]),
         "SCHEDULER_SEND_LANES": str(params["lanes"]),
+        "SCHEDULER_SEND_WINDOW": str(params["window"]),
         "SCHEDULER_SEND_CHUNK_SIZE": str(params["chunk"]),
     }
     args = ["--lease", str(params["lease"])]
@@ -496,8 +510,9 @@ def timeline(deliveries: list[tuple[float, str, str, str]], t0: float, kills: li
     )
 
 
-def broken_guarantees(result: dict, kills: int, lanes: int) -> list[str]:
-    """Return the guarantees of issue #10 this run broke (empty: all held)."""
+def broken_guarantees(result: dict, kills: int, bound: int) -> list[str]:
+    """Return the guarantees of issues #10 and #31 this run broke (empty: all held); ``bound``
+    is the copies one kill may cost (lanes x window)."""
     broken = []
     if result["status"] != "completed":
         broken.append("the batch did not complete (%s)" % result["status"])
@@ -507,8 +522,10 @@ def broken_guarantees(result: dict, kills: int, lanes: int) -> list[str]:
         broken.append(
             "%s recipients got copies with another Message-ID or key" % len(result["inconsistent"])
         )
-    if result["extra"] > kills * lanes:
-        broken.append("%s extra copies > kills x lanes = %s" % (result["extra"], kills * lanes))
+    if result["extra"] > kills * bound:
+        broken.append(
+            "%s extra copies > kills x lanes x window = %s" % (result["extra"], kills * bound)
+        )
     return broken
 
 
@@ -533,7 +550,7 @@ def write_results(
     lines = [
         "",
         "## %s — recipients=%s workers=%s kill_every=%ss kill_target=%s lease=%ss claim=%ss "
-        "lanes=%s chunk=%s"
+        "lanes=%s chunk=%s window=%s smtp_delay=%ss"
         % (
             when.strftime("%Y-%m-%d %H:%M UTC"),
             params["recipients"],
@@ -544,6 +561,8 @@ def write_results(
             params["claim_seconds"],
             params["lanes"],
             params["chunk"],
+            params["window"],
+            params["smtp_delay"],
         ),
         "",
         *(["Variant: %s" % params["label"], ""] if params["label"] else []),
@@ -597,9 +616,9 @@ def write_results(
             if result["unreached"]
             else "",
         ),
-        "| extra copies | **%s** deliveries beyond one per recipient (bound: kills x lanes = %s; "
-        "one lane per process makes it kills = %s); %s to addresses outside the batch |"
-        % (result["extra"], len(kills) * params["lanes"], len(kills), result["stray"]),
+        "| extra copies | **%s** deliveries beyond one per recipient (bound: kills x lanes x "
+        "window = %s); %s to addresses outside the batch |"
+        % (result["extra"], len(kills) * params["lanes"] * params["window"], result["stray"]),
         "| duplicated recipients | %s recipients got more than one copy; at most %s copies of "
         "one; copies per recipient: %s |"
         % (result["dup_recipients"], result["max_copies"], result["copies_histogram"]),
@@ -670,6 +689,8 @@ def main() -> int:
         "claim_seconds": env_seconds("BENCH_CLAIM_SECONDS", 6.0),
         "lanes": env_int("BENCH_SEND_LANES", 3),
         "chunk": env_int("BENCH_SEND_CHUNK", 100),
+        "window": env_int("BENCH_SEND_WINDOW", 50),
+        "smtp_delay": env_seconds("BENCH_SMTP_DELAY", 0.0, zero="answer at once"),
         "concurrency": env_int("BENCH_CONCURRENCY", 0, minimum=0),  # 0: runworker's default
         "timeout": env_seconds("BENCH_TIMEOUT", 900.0),
         "stall": env_seconds("BENCH_STALL", 300.0),
@@ -696,7 +717,7 @@ def main() -> int:
     machine = machine_description(("synchronous_commit", "shared_buffers"))
     populate(params["recipients"])
 
-    smtp = SmtpServer(deliveries_path)
+    smtp = SmtpServer(deliveries_path, params["smtp_delay"])
     WorkerProcess.log_file = log_path.open("w", buffering=1)
     print("smtp server on 127.0.0.1:%s; worker output in %s" % (smtp.port, log_path), flush=True)
     try:
@@ -711,7 +732,7 @@ def main() -> int:
     result["elapsed_s"] = (end - trial["t0_wall"]).total_seconds()
     result["sends_s"] = result["sent"] / max(result["elapsed_s"], 1e-9)
     kills = len(trial["kills"])
-    broken = broken_guarantees(result, kills, params["lanes"])
+    broken = broken_guarantees(result, kills, params["lanes"] * params["window"])
     for pid, code, tail in trial["exits"]:
         print("worker %s exited by itself with %s; last lines:\n%s" % (pid, code, tail))
     for lane_id, attempts, error in result["lane_failures"]:
@@ -747,7 +768,7 @@ def main() -> int:
         "%.2f %.2f %.2f" % os.getloadavg(),
     )
     print(
-        "batch %s: %s%s%s; deliveries=%s unreached=%s extra=%s (kills x lanes = %s)"
+        "batch %s: %s%s%s; deliveries=%s unreached=%s extra=%s (kills x lanes x window = %s)"
         % (
             trial["batch_id"],
             result["status"],
@@ -756,7 +777,7 @@ def main() -> int:
             result["deliveries"],
             result["unreached"],
             result["extra"],
-            kills * params["lanes"],
+            kills * params["lanes"] * params["window"],
         )
     )
     print(final, flush=True)
@@ -765,6 +786,6 @@ def main() -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["smtpd"]:
-        run_smtpd(int(sys.argv[2]), sys.argv[3])
+        run_smtpd(int(sys.argv[2]), sys.argv[3], float(sys.argv[4]))
     else:
         sys.exit(main())

@@ -20,7 +20,10 @@ BENCH_AUDIENCE rows in one INSERT ... SELECT generate_series, and measures:
     of a 100,000-row audience here); its commit is t0. The lanes freeze the
     audience, then claim chunks, render, call the provider and write the
     markers and counters. send_recipients_s = recipients / (the batch's
-    finished_at - t0): end to end, the lanes' own freeze included.
+    finished_at - t0): end to end, the lanes' own freeze included. Every
+    0.25 s the bench also samples pg_stat_activity for backends waiting for a
+    lock, and those whose statement names the batch table (a lane queued on
+    the batch row: 0 since the lanes count in their own rows, #31).
 
 Duplicates: a recipient is marked sent at most once per batch by
 construction (UNIQUE (batch, recipient_key), and the mark is fenced by the
@@ -43,6 +46,7 @@ the bench indexes testapp_customer.email, as a project would.
 
 Environment: BENCH_AUDIENCE (1000000), BENCH_RECIPIENTS (100000),
 BENCH_WORKERS (2), BENCH_SEND_LANES (2), BENCH_SEND_CHUNK (the app default, 1000),
+BENCH_SEND_WINDOW (the app default, 50),
 BENCH_PROVIDER (noop; noop-idempotent declares idempotent = True),
 BENCH_SYNC_COMMIT (1; 0 sets SEND_MARKER_SYNCHRONOUS_COMMIT = False in the workers),
 BENCH_CONCURRENCY (runworker --concurrency; default lanes / workers, at
@@ -312,14 +316,18 @@ class WorkerProcess(BaseWorkerProcess):
 
     stop_timeout = 30.0
 
-    def __init__(self, url: str, chunk: int, *args: str) -> None:
+    def __init__(self, url: str, chunk: int, window: int, *args: str) -> None:
         #: When (wall clock) lines about a batch's start arrived: the lanes' freeze ends there.
         self.marks: dict[str, dt.datetime] = {}
         # Per batch, the lanes log progress every PROGRESS_LOG_EVERY (1000) recipients at
         # INFO, nothing per recipient.
         super().__init__(
             [sys.executable, str(Path(__file__).resolve()), "runworker", *args],
-            {"DATABASE_URL": url, "BENCH_SEND_CHUNK": str(chunk)},
+            {
+                "DATABASE_URL": url,
+                "BENCH_SEND_CHUNK": str(chunk),
+                "SCHEDULER_SEND_WINDOW": str(window),
+            },
             keep_lines=400,
         )
 
@@ -327,6 +335,36 @@ class WorkerProcess(BaseWorkerProcess):
         for mark in ("audience frozen", "batch sending"):
             if mark in line:
                 self.marks.setdefault(mark, dt.datetime.now(dt.UTC))
+
+
+# -- lock waits ------------------------------------------------------------------------------
+
+
+class LockWaits:
+    """Samples of this database's backends waiting for a lock during the send: all of them,
+    and those whose statement names the batch table (a lane queued on the batch row)."""
+
+    SQL = """
+    SELECT count(*) FILTER (WHERE wait_event_type = 'Lock'),
+           count(*) FILTER (WHERE wait_event_type = 'Lock'
+                            AND query ILIKE '%%scheduler_app_sendbatch%%')
+    FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+    """
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.waiting = 0
+        self.on_batch = 0
+
+    def sample(self) -> None:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute(self.SQL)
+            waiting, on_batch = cursor.fetchone()
+        self.samples += 1
+        self.waiting += waiting
+        self.on_batch += on_batch
 
 
 # -- CPU accounting --------------------------------------------------------------------------
@@ -438,6 +476,7 @@ def bench_send(
     n_workers: int,
     concurrency: int,
     chunk: int,
+    window: int,
     profile_dir: Path | None,
     provider: str,
 ) -> dict:
@@ -449,7 +488,8 @@ def bench_send(
     from scheduler_app.sends.batches import schedule_batch
 
     workers = [
-        WorkerProcess(url, chunk, "--concurrency", str(concurrency)) for _ in range(n_workers)
+        WorkerProcess(url, chunk, window, "--concurrency", str(concurrency))
+        for _ in range(n_workers)
     ]
     profilers: list[Profiler] = []
     try:
@@ -480,6 +520,7 @@ def bench_send(
             time.sleep(1.0)  # let py-spy attach
         backends = BackendCpu()
         backends.start()
+        lock_waits = LockWaits()
         x0 = transactions()
         w0 = sum(process_cpu(w.pid) for w in workers)
         m0 = machine_cpu()
@@ -489,7 +530,7 @@ def bench_send(
         deadline = time.monotonic() + SEND_TIMEOUT
         next_sample = time.monotonic()
         while True:
-            state = SendBatch.objects.filter(pk=batch.pk).values("status", "sent").get()
+            state = SendBatch.objects.filter(pk=batch.pk).values("status").get()
             if state["status"] in ("completed", "failed", "paused", "cancelled"):
                 break
             if time.monotonic() > deadline:
@@ -499,6 +540,7 @@ def bench_send(
                     raise RuntimeError("worker %s died:\n%s" % (worker.pid, worker.output()))
             if time.monotonic() >= next_sample:
                 backends.sample()
+                lock_waits.sample()
                 next_sample = time.monotonic() + 0.25
             time.sleep(POLL)
         polled = dt.datetime.now(dt.UTC)
@@ -555,6 +597,9 @@ def bench_send(
         "own_share": (w1 - w0 + pg_cpu) / ((os.cpu_count() or 1) * (polled - t0).total_seconds()),
         "table_mb": size / 1024 / 1024,
         "lane_lines": lane_lines,
+        "lock_samples": lock_waits.samples,
+        "lock_waits": lock_waits.waiting,
+        "batch_lock_waits": lock_waits.on_batch,
         "profiles": [p.path for p in profilers],
     }
 
@@ -576,7 +621,8 @@ def write_results(
     per_k = 1000 / send["recipients"]
     lines = [
         "",
-        "## %s — audience=%s recipients=%s workers=%s lanes=%s chunk=%s concurrency=%s%s"
+        "## %s — audience=%s recipients=%s workers=%s lanes=%s chunk=%s concurrency=%s "
+        "window=%s%s"
         % (
             when.strftime("%Y-%m-%d %H:%M UTC"),
             params["audience"],
@@ -585,6 +631,7 @@ def write_results(
             params["lanes"],
             params["chunk"],
             params["concurrency"],
+            params["window"],
             PROFILED_NOTE if params["profile"] else "",
         )
         + (" history=1" if params["history"] else "")
@@ -649,6 +696,9 @@ def write_results(
             machine["cores"],
             100 * send["own_share"],
         ),
+        "| (b) lock waits | %s backends waiting for a lock in %s samples (every 0.25 s) of "
+        "pg_stat_activity during the send; **%s** of them on a statement naming the batch "
+        "table |" % (send["lock_waits"], send["lock_samples"], send["batch_lock_waits"]),
         "| (b) duplicates | **%s** provider calls beyond one per recipient "
         "(sum(attempts) - sent markers; every recipient has exactly one sent marker) |"
         % send["duplicates"],
@@ -683,6 +733,7 @@ def main() -> None:
     from scheduler_app.conf import DEFAULTS
 
     chunk = env_int("BENCH_SEND_CHUNK", DEFAULTS["SEND_CHUNK_SIZE"])
+    window = env_int("BENCH_SEND_WINDOW", DEFAULTS["SEND_WINDOW"])
     provider = os.environ.get("BENCH_PROVIDER") or "noop"
     sync_commit = os.environ.get("BENCH_SYNC_COMMIT", "1") != "0"
     concurrency = env_int("BENCH_CONCURRENCY", max(1, -(-lanes // n_workers)))
@@ -699,6 +750,7 @@ def main() -> None:
         "lanes": lanes,
         "chunk": chunk,
         "concurrency": concurrency,
+        "window": window,
         "profile": bool(profile_dir),
         "label": os.environ.get("BENCH_LABEL", ""),
         "history": history,
@@ -730,11 +782,11 @@ def main() -> None:
         flush=True,
     )
 
-    send = bench_send(url, recipients, n_workers, concurrency, chunk, profile_dir, provider)
+    send = bench_send(url, recipients, n_workers, concurrency, chunk, window, profile_dir, provider)
     print(
         "send: %s recipients in %.2f s (%.0f/s; audience frozen after %.2f s; workers %.1f CPU s, "
         "PostgreSQL %.1f CPU s (autovacuum %.1f), machine %.0f%% busy, ~%s transactions; "
-        "CPU-bound estimate %.0f/s)"
+        "CPU-bound estimate %.0f/s; lock waits on the batch table %s in %s samples)"
         % (
             send["recipients"],
             send["elapsed_s"],
@@ -746,6 +798,8 @@ def main() -> None:
             send["machine_busy"] * 100,
             send["statements"],
             send["cpu_bound_s"],
+            send["batch_lock_waits"],
+            send["lock_samples"],
         ),
         flush=True,
     )
