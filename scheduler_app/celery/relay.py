@@ -118,6 +118,17 @@ class Relay(Worker):
         if unpublished and not self.stopping:
             self._broker_down_until = time.monotonic() + BROKER_BACKOFF
 
+    def _leave_unfinished(self, jobs: list[ClaimedJob]) -> int:
+        """Hand back the jobs still waiting in the broker at the shutdown timeout: no handler
+        runs them, and a Celery worker that gets one later finds its token spent."""
+        for job in jobs:
+            self._hand_back(
+                job,
+                "Relay %s stopped; no Celery worker started the job within the %ss shutdown "
+                "timeout and it was handed back." % (self.id, self.options.shutdown_timeout),
+            )
+        return 0
+
     def _follow(self) -> None:
         """Let go of published jobs a Celery worker started; hand back those waiting too long."""
         ids = list(self._published_at)

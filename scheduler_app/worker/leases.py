@@ -5,8 +5,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable
+from functools import reduce
+from operator import or_
 
 from django.db import transaction
+from django.db.models import F, Q
 
 from scheduler_app import clock
 from scheduler_app.db import DatabaseNow
@@ -35,6 +38,24 @@ def renew(worker_id: str, job_ids: Iterable[int], lease: dt.timedelta) -> int:
             .values_list("pk", flat=True)
         )
         return Job.objects.filter(pk__in=free).update(lease_expires_at=DatabaseNow(lease))
+
+
+def give_back_attempts(fences: Iterable[tuple[int, int]], reason: str) -> int:
+    """Uncount the attempts of running jobs (id, lease_token) a stopping worker lets go of
+    while their handlers still run; return how many.
+
+    They stay running (neither claimable nor cancellable while the handler
+    lives) until their leases lapse; the rescue then puts them back to
+    pending, and the attempt it counts is the one given back here.
+    """
+    matches = [Q(pk=job_id, lease_token=token) for job_id, token in fences]
+    if not matches:
+        return 0
+    return (
+        Job.objects.running()
+        .filter(reduce(or_, matches))
+        .update(attempts=F("attempts") - 1, last_error=reason)
+    )
 
 
 def rescue_expired(rescuer_id: str) -> int:

@@ -3,7 +3,7 @@ record outcomes in batches, renew leases, rescue expired ones, stop gracefully.
 
 Lifecycle: ``Worker(options).run()`` blocks until ``stop()`` (or a stop
 signal, when run under ``graceful_signals``) and returns after running jobs
-finished or were handed back; it raises WorkerFatal when it cannot go on.
+finished or were let go of (see _drain); it raises WorkerFatal when it cannot go on.
 
 An executor that runs jobs elsewhere subclasses Worker (the Celery relay,
 scheduler_app.celery.relay): it overrides ``_exchange``, ``_claim``, ``_free_slots`` and
@@ -195,7 +195,7 @@ class Worker:
     # -- lifecycle ---------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop claiming; run() returns once running jobs finished or were handed back."""
+        """Stop claiming; run() returns once running jobs finished or were let go of."""
         self._stopping.set()
         self._wake.set()
 
@@ -715,7 +715,8 @@ class Worker:
         return None if wait is None else max(wait.total_seconds(), 0)
 
     def _drain(self) -> None:
-        """After stop(): wait for running jobs up to the shutdown timeout, hand back the rest."""
+        """After stop(): wait for running jobs up to the shutdown timeout, then let go of the
+        rest (see _leave_unfinished)."""
         deadline = time.monotonic() + self.options.shutdown_timeout
         while self._running and time.monotonic() < deadline:
             self._wake.clear()
@@ -725,22 +726,50 @@ class Worker:
             if self._running:
                 self._wake.wait(min(deadline - time.monotonic(), 0.5))
         self._collect()
-        for running in self._running.values():
-            if not running.finalised:
-                running.finalised = True
-                self._hand_back(
-                    running.next or running.job,
-                    "Worker %s stopped; the job did not finish within the %ss shutdown "
-                    "timeout and was handed back." % (self.id, self.options.shutdown_timeout),
-                )
+        unfinished = [running for running in self._running.values() if not running.finalised]
+        for running in unfinished:
+            running.finalised = True  # not renewed any more; whatever it returns is discarded
+        lost = self._leave_unfinished([running.next or running.job for running in unfinished])
         self._flush()
-        if self._unflushed and self._fatal is None:
-            # Not a clean stop: a hand-back lost costs its job an attempt (guarantee 11).
+        lost += len(self._unflushed)
+        if lost and self._fatal is None:
+            # Not a clean stop: an attempt not given back is charged by the rescue (guarantee 11).
             self._fatal = (
                 "could not record %s outcomes before exiting (the database is away); their "
-                "leases will expire and the jobs run again" % len(self._unflushed)
+                "leases will expire and the jobs run again" % lost
             )
             logger.error("%s worker=%s", self._fatal, self.id)
+
+    def _leave_unfinished(self, jobs: list[ClaimedJob]) -> int:
+        """Give back the attempts of jobs whose handlers still run at the shutdown timeout,
+        leaving them running under a lease no longer renewed; return how many could not be.
+
+        Not handed back: a pending job could be claimed by another worker, or
+        cancelled, while its handler still runs here, and that thread runs
+        until this process exits, after which nothing here can write. Their
+        leases lapse within a lease of the last renewal, and the rescue puts
+        them back to pending; the attempt is not charged, as it was given
+        back here.
+        """
+        if not jobs:
+            return 0
+        reason = (
+            "Worker %s stopped; the job did not finish within the %ss shutdown timeout. Its "
+            "handler was still running, so the job stays running until its lease lapses, then "
+            "runs again without using an attempt." % (self.id, self.options.shutdown_timeout)
+        )
+        fences = [job.fence for job in jobs]
+        released = self._with_db(lambda: leases.give_back_attempts(fences, reason))
+        if released is None:
+            return len(fences)
+        self._counts["handed_back"] += len(fences)
+        logger.warning(
+            "worker stopped with handlers still running, their jobs run again once their "
+            "leases lapse worker=%s jobs=%s",
+            self.id,
+            ",".join(str(job_id) for job_id, _ in fences),
+        )
+        return 0
 
     # -- helpers -------------------------------------------------------------
 
