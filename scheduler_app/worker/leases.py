@@ -20,6 +20,21 @@ logger = logging.getLogger("scheduler_app.worker")
 
 RESCUE_BATCH = 500
 
+#: A job's columns as a claim returns them, in the order ClaimedJob.from_row() takes.
+CLAIMED_COLUMNS = (
+    "id",
+    "task_name",
+    "payload",
+    "payload_version",
+    "attempts",
+    "max_attempts",
+    "scheduled_for",
+    "run_at",
+    "unique_key",
+    "lease_token",
+    "retry_later_deadline",
+)
+
 
 def renew(worker_id: str, job_ids: Iterable[int], lease: dt.timedelta) -> int:
     """Extend the lease of this worker's running jobs; return how many were renewed."""
@@ -38,6 +53,11 @@ def renew(worker_id: str, job_ids: Iterable[int], lease: dt.timedelta) -> int:
             .values_list("pk", flat=True)
         )
         return Job.objects.filter(pk__in=free).update(lease_expires_at=DatabaseNow(lease))
+
+
+def claims_of(worker_id: str) -> list[tuple]:
+    """Return the jobs running under ``worker_id``, as a claim returns them (CLAIMED_COLUMNS)."""
+    return list(Job.objects.running().filter(worker_id=worker_id).values_list(*CLAIMED_COLUMNS))
 
 
 def give_back_attempts(fences: Iterable[tuple[int, int]], reason: str) -> int:

@@ -158,6 +158,9 @@ class Worker:
         self._renewer_stop = threading.Event()
         self._alerter: threading.Thread | None = None
         self._db_down_since: float | None = None
+        # The connection was lost since the last look (see _reconcile): a claim's commit may
+        # have gone through without its reply reaching us.
+        self._connection_lost = False
         self._paused = PausedScopes()
         lease = options.lease_seconds
         self._duties = [
@@ -244,6 +247,7 @@ class Worker:
     def _turn(self) -> None:
         self._wake.clear()
         self._collect()
+        self._reconcile()
         self._side_duties()
         free = self._free_slots()
         limit = 0 if self.stopping else min(free, self.options.batch_size)
@@ -371,6 +375,37 @@ class Worker:
             earlier.next = job
             return
         self._start(job)
+
+    def _reconcile(self) -> None:
+        """After a lost connection, hand back the jobs running under this worker's id that
+        it does not know, without using an attempt.
+
+        A claim whose commit went through but whose reply was lost (a failover, a restart
+        mid-commit) leaves such rows. Nothing here runs them nor renews their leases, so
+        the rescue would charge each an attempt it never started: a max_attempts=1 job
+        would fail without running.
+        """
+        if not self._connection_lost:
+            return
+        self._connection_lost = False  # set again if this look loses the connection too
+        known = set(self._running) | {finish.job.id for finish in self._unflushed}
+        rows = self._with_db(lambda: leases.claims_of(self.id))
+        now = clock.now()
+        for row in rows or ():
+            job = ClaimedJob.from_row(row, started_at=now)
+            if job.id in known:
+                continue
+            logger.warning(
+                "job claimed by a claim whose reply was lost, handed back job=%s task=%s worker=%s",
+                job.id,
+                job.task_name,
+                self.id,
+            )
+            self._hand_back(
+                job,
+                "Worker %s claimed it, but the reply to the claim was lost with the database "
+                "connection; handed back without using an attempt." % self.id,
+            )
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
         self._unflushed.append(hand_back(job, reason))
@@ -730,6 +765,7 @@ class Worker:
         for running in unfinished:
             running.finalised = True  # not renewed any more; whatever it returns is discarded
         lost = self._leave_unfinished([running.next or running.job for running in unfinished])
+        self._reconcile()
         self._flush()
         lost += len(self._unflushed)
         if lost and self._fatal is None:
@@ -829,6 +865,7 @@ class Worker:
             result = operation()
         except CONNECTION_ERRORS as exc:
             connection.close()
+            self._connection_lost = True
             now = time.monotonic()
             if self._db_down_since is None:
                 self._db_down_since = now
