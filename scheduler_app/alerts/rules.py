@@ -362,7 +362,8 @@ def long_running(situation: Situation) -> list[Finding]:
     if not limits:
         return []
     longest: dict[str, tuple[int, dt.timedelta]] = {}
-    running = Job.objects.running().filter(task_name__in=sorted(limits))
+    # No started_at: published to Celery, not started yet (see celery.relay).
+    running = Job.objects.running().filter(task_name__in=sorted(limits), started_at__isnull=False)
     for task_name, started_at in running.values_list("task_name", "started_at"):
         runtime = situation.now - started_at
         if runtime > limits[task_name]:

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 
 from scheduler_app import clock
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
@@ -150,7 +150,10 @@ def renewing(job: ClaimedJob, *, worker_id: str, lease: dt.timedelta) -> Iterato
             while not done.wait(lease.total_seconds() / 3):
                 try:
                     leases.renew(worker_id, [job.id], lease)
-                except CONNECTION_ERRORS as exc:
+                except DatabaseError as exc:
+                    # Not only a lost connection: a failover's old primary, now read-only,
+                    # refuses the write on a live one. A new connection may reach the new
+                    # primary; the thread must live on, or the lease lapses mid-run.
                     logger.warning(
                         "lease renewal failed, will retry job=%s worker=%s error=%s",
                         job.id,

@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from celery import Celery
+from django.db import transaction
 
 from scheduler_app import clock
 from scheduler_app.celery.publishing import ask_for_confirms, publish_jobs
@@ -29,6 +31,15 @@ BROKER_BACKOFF = 1.0
 
 #: Most seconds between looks at which published jobs Celery workers have started.
 FOLLOW_INTERVAL = 0.25
+
+
+def claim_unstarted(**claim: Any) -> list[tuple]:
+    """Claim jobs as backend().claim_jobs(**claim) does, with no started_at: a Celery worker
+    starts them (start_job sets it), and until then the rescue knows that none ran."""
+    with transaction.atomic():
+        rows = backend().claim_jobs(**claim)
+        Job.objects.filter(pk__in=[row[0] for row in rows]).update(started_at=None)
+    return rows
 
 
 class Relay(Worker):
@@ -83,7 +94,7 @@ class Relay(Worker):
             if room <= 0:
                 continue
             rows = self._with_db(
-                lambda queue=queue, room=room: backend().claim_jobs(
+                lambda queue=queue, room=room: claim_unstarted(
                     worker=self.id,
                     queues=[queue],
                     limit=room,
@@ -117,6 +128,17 @@ class Relay(Worker):
             self._hand_back(job, "Relay %s could not publish it to Celery." % self.id)
         if unpublished and not self.stopping:
             self._broker_down_until = time.monotonic() + BROKER_BACKOFF
+
+    def _leave_unfinished(self, jobs: list[ClaimedJob]) -> int:
+        """Hand back the jobs still waiting in the broker at the shutdown timeout: no handler
+        runs them, and a Celery worker that gets one later finds its token spent."""
+        for job in jobs:
+            self._hand_back(
+                job,
+                "Relay %s stopped; no Celery worker started the job within the %ss shutdown "
+                "timeout and it was handed back." % (self.id, self.options.shutdown_timeout),
+            )
+        return 0
 
     def _follow(self) -> None:
         """Let go of published jobs a Celery worker started; hand back those waiting too long."""

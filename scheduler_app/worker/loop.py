@@ -3,7 +3,7 @@ record outcomes in batches, renew leases, rescue expired ones, stop gracefully.
 
 Lifecycle: ``Worker(options).run()`` blocks until ``stop()`` (or a stop
 signal, when run under ``graceful_signals``) and returns after running jobs
-finished or were handed back; it raises WorkerFatal when it cannot go on.
+finished or were let go of (see _drain); it raises WorkerFatal when it cannot go on.
 
 An executor that runs jobs elsewhere subclasses Worker (the Celery relay,
 scheduler_app.celery.relay): it overrides ``_exchange``, ``_claim``, ``_free_slots`` and
@@ -158,6 +158,9 @@ class Worker:
         self._renewer_stop = threading.Event()
         self._alerter: threading.Thread | None = None
         self._db_down_since: float | None = None
+        # The connection was lost since the last look (see _reconcile): a claim's commit may
+        # have gone through without its reply reaching us.
+        self._connection_lost = False
         self._paused = PausedScopes()
         lease = options.lease_seconds
         self._duties = [
@@ -195,7 +198,7 @@ class Worker:
     # -- lifecycle ---------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop claiming; run() returns once running jobs finished or were handed back."""
+        """Stop claiming; run() returns once running jobs finished or were let go of."""
         self._stopping.set()
         self._wake.set()
 
@@ -244,6 +247,7 @@ class Worker:
     def _turn(self) -> None:
         self._wake.clear()
         self._collect()
+        self._reconcile()
         self._side_duties()
         free = self._free_slots()
         limit = 0 if self.stopping else min(free, self.options.batch_size)
@@ -371,6 +375,37 @@ class Worker:
             earlier.next = job
             return
         self._start(job)
+
+    def _reconcile(self) -> None:
+        """After a lost connection, hand back the jobs running under this worker's id that
+        it does not know, without using an attempt.
+
+        A claim whose commit went through but whose reply was lost (a failover, a restart
+        mid-commit) leaves such rows. Nothing here runs them nor renews their leases, so
+        the rescue would charge each an attempt it never started: a max_attempts=1 job
+        would fail without running.
+        """
+        if not self._connection_lost:
+            return
+        self._connection_lost = False  # set again if this look loses the connection too
+        known = set(self._running) | {finish.job.id for finish in self._unflushed}
+        rows = self._with_db(lambda: leases.claims_of(self.id))
+        now = clock.now()
+        for row in rows or ():
+            job = ClaimedJob.from_row(row, started_at=now)
+            if job.id in known:
+                continue
+            logger.warning(
+                "job claimed by a claim whose reply was lost, handed back job=%s task=%s worker=%s",
+                job.id,
+                job.task_name,
+                self.id,
+            )
+            self._hand_back(
+                job,
+                "Worker %s claimed it, but the reply to the claim was lost with the database "
+                "connection; handed back without using an attempt." % self.id,
+            )
 
     def _hand_back(self, job: ClaimedJob, reason: str) -> None:
         self._unflushed.append(hand_back(job, reason))
@@ -715,7 +750,8 @@ class Worker:
         return None if wait is None else max(wait.total_seconds(), 0)
 
     def _drain(self) -> None:
-        """After stop(): wait for running jobs up to the shutdown timeout, hand back the rest."""
+        """After stop(): wait for running jobs up to the shutdown timeout, then let go of the
+        rest (see _leave_unfinished)."""
         deadline = time.monotonic() + self.options.shutdown_timeout
         while self._running and time.monotonic() < deadline:
             self._wake.clear()
@@ -725,22 +761,51 @@ class Worker:
             if self._running:
                 self._wake.wait(min(deadline - time.monotonic(), 0.5))
         self._collect()
-        for running in self._running.values():
-            if not running.finalised:
-                running.finalised = True
-                self._hand_back(
-                    running.next or running.job,
-                    "Worker %s stopped; the job did not finish within the %ss shutdown "
-                    "timeout and was handed back." % (self.id, self.options.shutdown_timeout),
-                )
+        unfinished = [running for running in self._running.values() if not running.finalised]
+        for running in unfinished:
+            running.finalised = True  # not renewed any more; whatever it returns is discarded
+        lost = self._leave_unfinished([running.next or running.job for running in unfinished])
+        self._reconcile()
         self._flush()
-        if self._unflushed and self._fatal is None:
-            # Not a clean stop: a hand-back lost costs its job an attempt (guarantee 11).
+        lost += len(self._unflushed)
+        if lost and self._fatal is None:
+            # Not a clean stop: an attempt not given back is charged by the rescue (guarantee 11).
             self._fatal = (
                 "could not record %s outcomes before exiting (the database is away); their "
-                "leases will expire and the jobs run again" % len(self._unflushed)
+                "leases will expire and the jobs run again" % lost
             )
             logger.error("%s worker=%s", self._fatal, self.id)
+
+    def _leave_unfinished(self, jobs: list[ClaimedJob]) -> int:
+        """Give back the attempts of jobs whose handlers still run at the shutdown timeout,
+        leaving them running under a lease no longer renewed; return how many could not be.
+
+        Not handed back: a pending job could be claimed by another worker, or
+        cancelled, while its handler still runs here, and that thread runs
+        until this process exits, after which nothing here can write. Their
+        leases lapse within a lease of the last renewal, and the rescue puts
+        them back to pending; the attempt is not charged, as it was given
+        back here.
+        """
+        if not jobs:
+            return 0
+        reason = (
+            "Worker %s stopped; the job did not finish within the %ss shutdown timeout. Its "
+            "handler was still running, so the job stays running until its lease lapses, then "
+            "runs again without using an attempt." % (self.id, self.options.shutdown_timeout)
+        )
+        fences = [job.fence for job in jobs]
+        released = self._with_db(lambda: leases.give_back_attempts(fences, reason))
+        if released is None:
+            return len(fences)
+        self._counts["handed_back"] += len(fences)
+        logger.warning(
+            "worker stopped with handlers still running, their jobs run again once their "
+            "leases lapse worker=%s jobs=%s",
+            self.id,
+            ",".join(str(job_id) for job_id, _ in fences),
+        )
+        return 0
 
     # -- helpers -------------------------------------------------------------
 
@@ -800,6 +865,7 @@ class Worker:
             result = operation()
         except CONNECTION_ERRORS as exc:
             connection.close()
+            self._connection_lost = True
             now = time.monotonic()
             if self._db_down_since is None:
                 self._db_down_since = now

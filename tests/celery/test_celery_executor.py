@@ -6,6 +6,7 @@ import datetime as dt
 import signal
 
 import pytest
+import redis
 from django.db.models import Count
 
 from scheduler_app import clock, controls
@@ -14,10 +15,11 @@ from scheduler_app.celery.publishing import ask_for_confirms, publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt, SendBatch
 from scheduler_app.scheduling import schedule, schedule_many
+from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob
 from tests.celery.conftest import LEASE
 from tests.celery_app import make_app
-from tests.helpers import wait_for_status, wait_until
+from tests.helpers import running_worker, wait_for_status, wait_until
 from tests.sends_processes.conftest import assert_completed_once, batch_status, make_batch
 from tests.testapp.models import Run
 
@@ -223,3 +225,31 @@ def test_the_relay_publishes_to_rabbitmq_with_confirms(broker):
     ask_for_confirms(app)
     with app.connection_for_write() as conn:
         assert conn.default_channel.connection.confirm_publish is True
+
+
+@pytest.mark.parametrize("broker", ["redis"], indirect=True)
+def test_a_relay_killed_with_a_backlog_in_the_broker_costs_its_jobs_no_attempt(broker, relay):
+    """A relay SIGKILLed while the job it published waits in the broker: once its lease has
+    lapsed, the rescue tells it (never started by a Celery worker) from a started job and
+    hands it back without using an attempt, so a max_attempts=1 job still runs."""
+    job = schedule("tests.record", {}, max_attempts=1)
+    doomed = relay("--worker-id", "relay-doomed")
+    backlog = redis.Redis.from_url(broker.url)
+    wait_until(lambda: backlog.llen(broker.queue()), message="the job's message in the broker")
+    doomed.kill()
+    Job.objects.filter(pk=job.pk).update(lease_expires_at=clock.now() - dt.timedelta(seconds=1))
+
+    assert leases.rescue_expired("test") == 1
+    job.refresh_from_db()
+    reason = "%s claimed it and no worker started it; handed back without using an attempt."
+    assert (job.status, job.attempts, job.last_error.endswith(reason % "relay-doomed")) == (
+        Status.PENDING,
+        0,
+        True,
+    )
+    assert list(job.recorded_attempts.values_list("attempt", "outcome", "worker_id")) == [
+        (1, Outcome.INTERRUPTED, "relay-doomed")
+    ]
+    with running_worker():
+        ran = wait_for_status(job, Status.SUCCEEDED, Status.FAILED)
+    assert (ran.status, ran.attempts) == (Status.SUCCEEDED, 1)

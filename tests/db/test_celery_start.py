@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 
+import psycopg
 import pytest
+from django.db import connection
 
 from scheduler_app import clock
-from scheduler_app.celery.execution import run_published, start
+from scheduler_app.celery.execution import renewing, run_published, start
 from scheduler_app.db import backend
 from scheduler_app.models import Job
 from scheduler_app.scheduling import schedule
 from scheduler_app.worker.execution import ClaimedJob, hand_back
 from scheduler_app.worker.outcomes import record_one
+from tests.helpers import database_url, wait_until
 from tests.testapp.models import Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,3 +80,36 @@ def test_run_published_runs_and_records_the_job_once():
     history = Job.objects.get().attempt_history()
     assert [(a.worker_id, a.outcome) for a in history] == [("w", "succeeded")]
     assert Job.objects.get(pk=job.pk).status == "succeeded"
+
+
+@pytest.mark.postgres_only
+def test_lease_renewal_outlives_a_database_that_refuses_writes(caplog):
+    """A renewal the database refuses with an error other than a lost connection (a
+    failover's old primary, now read-only) is retried on a new connection: the renewing
+    thread lives on, and the lease moves on once writes are accepted again."""
+    job = schedule("tests.record", {})
+    published = publish(job)
+    published_lease = Job.objects.get(pk=job.pk).lease_expires_at
+    name = connection.settings_dict["NAME"]
+    base = database_url().rsplit("/", 1)[0].replace("postgres://", "postgresql://")
+    with psycopg.connect(base + "/postgres", autocommit=True) as admin:
+        # New connections (the renewing thread's) start read-only; this one stays writable.
+        admin.execute('ALTER DATABASE "%s" SET default_transaction_read_only = on' % name)
+        try:
+            with renewing(published, worker_id="relay", lease=dt.timedelta(seconds=0.6)):
+                wait_until(
+                    lambda: (
+                        "cannot execute SELECT FOR UPDATE in a read-only transaction" in caplog.text
+                    ),
+                    timeout=5,
+                    message="a renewal refused by the read-only database",
+                )
+                admin.execute('ALTER DATABASE "%s" RESET default_transaction_read_only' % name)
+                wait_until(
+                    lambda: Job.objects.get(pk=job.pk).lease_expires_at != published_lease,
+                    timeout=5,
+                    message="a renewal once writes are accepted",
+                )
+        finally:
+            admin.execute('ALTER DATABASE "%s" RESET default_transaction_read_only' % name)
+    assert "lease renewal failed, will retry job=%s worker=relay" % job.pk in caplog.text

@@ -8,6 +8,7 @@ import time
 import psycopg
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.scheduling import schedule, schedule_many
@@ -54,8 +55,9 @@ def test_sigterm_lets_running_job_finish_and_claims_nothing_after(start_worker, 
     assert "worker stopped worker=" in worker.output
 
 
-def test_sigterm_hands_back_job_that_cannot_finish(start_worker, tmp_path):
-    """A job still running at the shutdown timeout goes back to pending without using an attempt."""
+def test_sigterm_gives_back_the_attempt_of_a_job_still_running(start_worker, tmp_path):
+    """A job still running at the shutdown timeout keeps its row running (its handler runs
+    until the process exits) under a lease no longer renewed, its attempt given back."""
     job, worker = start_blocking_job(
         start_worker, tmp_path / "never", "--shutdown-timeout", "1", "--worker-id", "w-handback"
     )
@@ -65,20 +67,50 @@ def test_sigterm_hands_back_job_that_cannot_finish(start_worker, tmp_path):
     assert time.monotonic() - signalled < 10
 
     reason = (
-        "Worker w-handback stopped; the job did not finish within the 1.0s shutdown timeout "
-        "and was handed back."
+        "Worker w-handback stopped; the job did not finish within the 1.0s shutdown timeout. "
+        "Its handler was still running, so the job stays running until its lease lapses, then "
+        "runs again without using an attempt."
     )
     job.refresh_from_db()
-    assert (job.status, job.attempts, job.worker_id, job.lease_expires_at, job.last_error) == (
-        Status.PENDING,
+    assert (job.status, job.attempts, job.worker_id, job.last_error) == (
+        Status.RUNNING,
         0,
-        "",
-        None,
+        "w-handback",
         reason,
     )
-    assert list(job.recorded_attempts.values_list("attempt", "outcome", "worker_id", "error")) == [
-        (1, JobAttempt.Outcome.INTERRUPTED, "w-handback", reason),
-    ]
+    assert job.lease_expires_at is not None
+    assert not job.recorded_attempts.exists()
+
+
+def test_a_handler_running_at_the_shutdown_timeout_keeps_its_job_from_everyone_else(
+    start_worker, tmp_path
+):
+    """Two workers, a 5 s handler, SIGTERM with --shutdown-timeout 1 to the one running it:
+    no cancel wins while the handler runs, and the other worker starts the job only after
+    the first process exited (the two runs never overlap), its only attempt still unused."""
+    options = ("--concurrency", "1", "--shutdown-timeout", "1", "--lease", "2")
+    workers = [start_worker(*options, "--poll-interval", "0.05") for _ in range(2)]
+    for worker in workers:
+        worker.wait_for_output("worker started worker=")
+    log = tmp_path / "not-too-late"
+    job = schedule("tests.cancels_itself_while_running", {"seconds": 5, "log": str(log)})
+    first_run = wait_until(lambda: Run.objects.filter(job_id=job.pk).first(), message="a run")
+    first, second = sorted(workers, key=lambda worker: worker.pid != first_run.pid)
+
+    first.signal(signal.SIGTERM)
+    assert first.wait_exit(timeout=15) == 0, first.output
+    exited = timezone.now()
+    job.refresh_from_db()
+    assert job.status != Status.CANCELLED, "a cancel won while the handler ran"
+    assert not log.exists(), log.read_text()
+
+    wait_until(lambda: Run.objects.filter(job_id=job.pk).count() == 2, message="a second run")
+    first_run, second_run = Run.objects.filter(job_id=job.pk)
+    assert (first_run.pid, first_run.finished_at, second_run.pid) == (first.pid, None, second.pid)
+    assert second_run.started_at > exited
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == (Status.RUNNING, 1)
+    assert not log.exists(), log.read_text()
 
 
 def test_second_sigterm_exits_at_once_with_status_1(start_worker, tmp_path):

@@ -47,6 +47,24 @@ def block_until_flag(job):
     Run.objects.filter(pk=run.pk).update(finished_at=timezone.now())
 
 
+@task(name="tests.cancels_itself_while_running", max_attempts=1)
+def cancels_itself_while_running(job):
+    """Record this run, then for payload['seconds'] try to cancel this very job, appending
+    to the file payload['log'] every outcome other than too_late: while a handler runs,
+    its job must never be cancellable, nor be anyone else's to claim."""
+    from scheduler_app.cancellation import CancelOutcome, cancel
+
+    run = Run.objects.create(job_id=job.job_id, attempt=job.attempt, pid=os.getpid())
+    deadline = time.monotonic() + job.payload["seconds"]
+    while time.monotonic() < deadline:
+        outcome = cancel(job.job_id)
+        if outcome != CancelOutcome.TOO_LATE:
+            with open(job.payload["log"], "a") as log:
+                log.write("%s %s\n" % (os.getpid(), outcome))
+        time.sleep(0.01)  # the handler's work between two looks
+    Run.objects.filter(pk=run.pk).update(finished_at=timezone.now())
+
+
 # The test audience and providers register on import, like a project's tasks.py would.
 from tests.testapp import sending  # noqa: E402,F401
 
