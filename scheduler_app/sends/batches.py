@@ -189,7 +189,8 @@ def resume_batch(batch_id: int, *, by: Any = None) -> bool:
         if not batch.started_at:
             # Not started yet: keep its send time and undo window.
             start = max(now, earliest_start(batch) or now)
-        enqueue_lanes(batch, start)
+        # Lanes still waiting (behind a kill switch, for retries) go on: only the missing.
+        top_up_lanes(batch, start)
         record("batch", str(batch_id), "resume", by=by)
         if stale:
             resolve_stale_alert(batch_id)
@@ -400,6 +401,16 @@ def enqueue_lanes(batch: SendBatch, start: dt.datetime, count: int | None = None
         queue=app_settings.SEND_QUEUE,
         owner=batch.owner,
     )
+
+
+def top_up_lanes(batch: SendBatch, start: dt.datetime) -> int:
+    """Schedule the lanes the batch lacks (SEND_LANES less its pending and running ones) to
+    start at ``start``; return how many. The caller holds the batch row."""
+    live = lane_jobs(batch.pk).filter(status__in=Job.UNFINISHED).count()
+    missing = app_settings.SEND_LANES - live
+    if missing > 0:
+        enqueue_lanes(batch, start, missing)
+    return max(missing, 0)
 
 
 def _cancel_pending_lanes(batch_id: int, *, by: Any, now: dt.datetime) -> None:

@@ -305,6 +305,12 @@ class Lane:
         session = backend().lane_session(
             synchronous_commit=app_settings.SEND_MARKER_SYNCHRONOUS_COMMIT
         )
+        interrupted = stale.interrupted_for(self.batch)
+        if interrupted is not None:
+            stale.pause_stale(
+                self.batch, interrupted, what="the rest of the send", since="it stopped"
+            )
+            return {}
         with self.keeper, session, self.window:
             while True:
                 if self.should_stop():

@@ -2,7 +2,8 @@
 
 A batch that would move to sending more than STALE_SEND_AFTER after its
 scheduled time (and undo window) does not start; for local-time deliveries
-the same holds per recipient (each has its own time). The batch is paused
+the same holds per recipient (each has its own time), and a batch that an
+outage stopped mid-send for longer does not go on. The batch is paused
 with a reason starting "stale:" and a ``stale_send`` alert opens. Resuming it
 means "send anyway": the guard then leaves the batch alone. A single message
 (``send_message``) whose first attempt would start that late fails with
@@ -64,6 +65,28 @@ def late_recipient(batch: SendBatch) -> dt.timedelta | None:
         .first()
     )
     return None if due_at is None else now - due_at
+
+
+def interrupted_for(batch: SendBatch) -> dt.timedelta | None:
+    """Return how long a sending batch has made no progress while recipients were due, if
+    more than STALE_SEND_AFTER (an outage stopped it mid-send), else None.
+
+    Both must hold: a batch that keeps marking recipients is in time however long it
+    takes, and one whose pending recipients are due only lately (retries) is not late.
+    """
+    if batch.stale_send_allowed or batch.started_at is None or batch.local_delivery_time:
+        return None  # local-time deliveries: late_recipient() judges each recipient
+    now = database_now()
+    last = batch.last_progress() or batch.started_at
+    if now - last <= stale_after():
+        return None
+    overdue = Recipient.objects.filter(
+        batch=batch,
+        status=Recipient.Status.PENDING,
+        is_seed=False,
+        next_attempt_at__lt=now - stale_after(),
+    )
+    return now - last if overdue.exists() else None
 
 
 def message_late_by(job: JobContext) -> dt.timedelta | None:
@@ -133,14 +156,17 @@ def refuse_stale_message(job: JobContext, late: dt.timedelta) -> StaleSend:
     return error
 
 
-def pause_stale(batch: SendBatch, late: dt.timedelta, *, what: str) -> bool:
+def pause_stale(
+    batch: SendBatch, late: dt.timedelta, *, what: str, since: str = "its scheduled time"
+) -> bool:
     """Pause the batch as stale and open its alert; False if it was no longer active."""
     reason = (
-        "%s %s would start %s after its scheduled time (STALE_SEND_AFTER is %ss); "
+        "%s %s would start %s after %s (STALE_SEND_AFTER is %ss); "
         % (
             states.STALE_PREFIX,
             what,
             dt.timedelta(seconds=int(late.total_seconds())),
+            since,
             app_settings.STALE_SEND_AFTER,
         )
         + "resume the batch to send anyway, or cancel it."
@@ -150,7 +176,7 @@ def pause_stale(batch: SendBatch, late: dt.timedelta, *, what: str) -> bool:
     open_alert(
         kind=Alert.Kind.STALE_SEND,
         subject="batch:%s" % batch.pk,
-        summary="Send %r (batch %s) was not started: %s" % (batch.name, batch.pk, reason),
+        summary="Send %r (batch %s) was held: %s" % (batch.name, batch.pk, reason),
         numbers={
             "late_seconds": round(late.total_seconds(), 3),
             "stale_send_after_seconds": app_settings.STALE_SEND_AFTER,

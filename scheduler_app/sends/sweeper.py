@@ -21,7 +21,7 @@ from scheduler_app.controls import record
 from scheduler_app.db import database_now
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends import states
-from scheduler_app.sends.batches import enqueue_lanes, lane_jobs
+from scheduler_app.sends.batches import lane_jobs, top_up_lanes
 from scheduler_app.sends.states import earliest_start
 
 logger = logging.getLogger("scheduler_app.sends")
@@ -74,11 +74,9 @@ def _revive(batch: SendBatch, now: dt.datetime) -> bool:
             locked = bool(batches.update(status=F("status")))
         if not locked:
             return False
-        live = lane_jobs(batch.pk).filter(status__in=Job.UNFINISHED).count()
-        missing = app_settings.SEND_LANES - live
-        if missing <= 0:
+        missing = top_up_lanes(batch, now)
+        if not missing:
             return False
-        enqueue_lanes(batch, now, missing)
         reason = "The batch was %s lane(s) short." % missing
         record("batch", str(batch.pk), "revive", reason=reason)
     logger.warning(

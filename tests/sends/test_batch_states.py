@@ -102,7 +102,8 @@ def test_pause_and_resume_are_recorded_and_resume_continues(scheduled, operator)
     assert resume_batch(scheduled.pk, by=operator) is True
     scheduled.refresh_from_db()
     assert scheduled.status == "scheduled"  # it had not started yet
-    assert lanes() == ["pending"] * 4  # the first lanes, and those resume enqueued
+    # The first lanes still wait: resume adds none (it used to add SEND_LANES more).
+    assert lanes() == ["pending"] * 2
     assert events(scheduled) == [
         ("schedule", RELAXED, "operator"),
         ("pause", "Wrong coupon code", "operator"),
@@ -125,6 +126,7 @@ def test_pausing_mid_send_stops_the_lane_and_resume_finishes_exactly_the_rest(
     resume_batch(batch.pk, by=operator)
     batch.refresh_from_db()
     assert batch.status == "sending"
+    assert lanes() == ["pending"] * 2  # no lane was waiting: resume gives it SEND_LANES
     run_lane_now(batch)
 
     batch.refresh_from_db()

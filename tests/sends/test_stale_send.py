@@ -9,12 +9,12 @@ import pytest
 from scheduler_app.alerts.evaluator import evaluate
 from scheduler_app.clock import frozen_clock
 from scheduler_app.exceptions import StaleSend
-from scheduler_app.models import Alert, Job, SendBatch
+from scheduler_app.models import Alert, Job, LaneProgress, Recipient, SendBatch
 from scheduler_app.registry import JobContext, get_task
 from scheduler_app.sends.batches import resume_batch
 from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
 from tests.sends.helpers import recipient, run_lane_now
-from tests.testapp.models import ProviderCall
+from tests.testapp.models import ProviderBehaviour, ProviderCall
 
 T0 = dt.datetime(2027, 5, 3, 12, 0, tzinfo=dt.UTC)
 HOUR = dt.timedelta(hours=1)
@@ -168,3 +168,54 @@ def test_an_outage_that_leaves_many_messages_stale_opens_one_alert_not_one_per_m
     assert [m.subject for m in mailoutbox if "stale_send" in m.subject] == [
         "[Django] [opened] stale_send: messages"
     ]
+
+
+def test_a_send_an_outage_stopped_for_longer_than_stale_send_after_waits_for_an_operator(
+    customer, make_batch
+):
+    """Stopped mid-send (here: the provider asked to wait, then no worker ran for three
+    hours): the rest is held like a send that never started, and goes once resumed."""
+    customer("ann@example.com", "Ann")
+    customer("bob@example.com", "Bob")
+    ProviderBehaviour.objects.create(address="bob@example.com", answer="slow_down", times=1)
+    with frozen_clock(T0 - 3 * HOUR):
+        batch = make_batch(scheduled_at=T0 - 3 * HOUR)
+        run_lane_now(batch)  # ann sent; bob put off for 30 s
+    assert recipient(batch, "bob@example.com").status == "pending"
+
+    with frozen_clock(T0):
+        run_lane_now(batch)
+
+        batch.refresh_from_db()
+        assert batch.status == SendBatch.Status.PAUSED
+        assert batch.status_reason == (
+            "stale: the rest of the send would start 3:00:00 after it stopped "
+            "(STALE_SEND_AFTER is 3600.0s); resume the batch to send anyway, or cancel it."
+        )
+        assert "batch:%s" % batch.pk in stale_alerts()
+        assert list(ProviderCall.objects.values_list("address", flat=True)) == [
+            "ann@example.com",
+            "bob@example.com",
+        ]  # bob's call answered "slow down": not sent
+
+        resume_batch(batch.pk)
+        run_lane_now(batch)
+
+    batch.refresh_from_db()
+    assert (batch.status, batch.sent) == (SendBatch.Status.COMPLETED, 2)
+
+
+def test_a_long_send_that_keeps_marking_recipients_is_not_stale(customer, make_batch):
+    """Recipients due long ago are normal in a send that takes hours at the provider's pace."""
+    customer("ann@example.com", "Ann")
+    customer("bob@example.com", "Bob")
+    with frozen_clock(T0 - 3 * HOUR):
+        batch = make_batch(scheduled_at=T0 - 3 * HOUR)
+        run_lane_now(batch)
+    # Bob is due since the start, and the send marked someone a minute ago.
+    SendBatch.objects.filter(pk=batch.pk).update(status="sending", finished_at=None)
+    Recipient.objects.filter(batch=batch, address="bob@example.com").update(status="pending")
+    LaneProgress.objects.filter(batch=batch).update(progressed_at=T0 - dt.timedelta(minutes=1))
+    with frozen_clock(T0):
+        run_lane_now(batch)
+    assert recipient(batch, "bob@example.com").status == "sent"
