@@ -32,7 +32,11 @@ class Migration(migrations.Migration):
                 ("sent", models.PositiveIntegerField(default=0)),
                 ("failed", models.PositiveIntegerField(default=0)),
                 ("skipped", models.PositiveIntegerField(default=0)),
-                ("progressed_at", models.DateTimeField()),
+                ("progressed_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "breaker_window",
+                    models.CharField(blank=True, db_default="", default="", max_length=1000),
+                ),
                 (
                     "batch",
                     models.ForeignKey(

@@ -224,7 +224,12 @@ class LaneProgress(models.Model):
     sent = models.PositiveIntegerField(default=0)
     failed = models.PositiveIntegerField(default=0)
     skipped = models.PositiveIntegerField(default=0)
-    progressed_at = models.DateTimeField()
+    # When the lane last marked a recipient (database clock); None before it marked any.
+    progressed_at = models.DateTimeField(null=True, blank=True)
+    # The automatic breaker's window as this lane left it ("1": an attempt that failed or
+    # is to be retried, "0": one that did not), oldest first; the batch's next lanes
+    # start from it, so the breaker's window lasts across lane runs.
+    breaker_window = models.CharField(max_length=1000, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["id"]

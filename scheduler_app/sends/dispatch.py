@@ -54,7 +54,7 @@ from scheduler_app.feedback.unsubscribe import (
 from scheduler_app.feedback.unsubscribe import (
     headers as unsubscribe_headers,
 )
-from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.models import LaneProgress, Recipient, SendBatch
 from scheduler_app.registry import JobContext, get_task, task
 from scheduler_app.retry import RetryPolicy
 from scheduler_app.sends import limiter, stale, states
@@ -223,20 +223,32 @@ def _count_lane_error(batch_id: int, exc: Exception) -> None:
         )
 
 
+def _batch_breaker_window(batch: SendBatch) -> str:
+    """Return the breaker windows the batch's lanes left, oldest lane run first."""
+    rows = LaneProgress.objects.filter(batch_id=batch.pk).exclude(breaker_window="")
+    return "".join(rows.order_by("id").values_list("breaker_window", flat=True))
+
+
 class Breaker:
     """The automatic breaker: trips when too many of the latest attempts failed."""
 
     def __init__(self, batch: SendBatch) -> None:
-        # Each lane keeps its share of the window, so the batch trips after about N attempts.
+        # Each lane keeps its share of the window, so the batch trips after about N attempts;
+        # it starts from what the batch's lanes left (a slow batch restarts its lanes often).
         window = batch.breaker_window or app_settings.BREAKER_WINDOW
         self.attempts: collections.deque[bool] = collections.deque(
-            maxlen=max(1, math.ceil(window / app_settings.SEND_LANES))
+            (flag == "1" for flag in _batch_breaker_window(batch)),
+            maxlen=max(1, math.ceil(window / app_settings.SEND_LANES)),
         )
         self.threshold = (
             app_settings.BREAKER_THRESHOLD
             if batch.breaker_threshold is None
             else batch.breaker_threshold
         )
+
+    def window(self) -> str:
+        """Return the attempts in the window as LaneProgress.breaker_window stores them."""
+        return "".join("1" if failed else "0" for failed in self.attempts)
 
     def add(self, outcome: Outcome) -> str:
         """Count ``outcome``; return why the breaker tripped, or ''."""
@@ -335,6 +347,7 @@ class Lane:
                 if not rows:
                     return _finish_lane(self.batch, self.counts)
                 done = self._send_chunk(rows)
+                self._keep_breaker_window()
                 self.sizer.observe(recipients=done, seconds=time.monotonic() - started)
                 if self.stop_reason:
                     states.pause(batch_id, reason=self.stop_reason)
@@ -454,6 +467,14 @@ class Lane:
         if halt:
             logger.info("chunk handed back batch=%s reason=%s", self.batch.pk, halt)
         return reached
+
+    def _keep_breaker_window(self) -> None:
+        """Store the breaker's window in the lane's own row (one statement per chunk)."""
+        LaneProgress.objects.update_or_create(
+            claim=self.claim,
+            defaults={"breaker_window": self.breaker.window()},
+            create_defaults={"batch": self.batch, "breaker_window": self.breaker.window()},
+        )
 
     def _wait_for_room(self) -> str:
         """Wait until the window lets one more call start, marking the calls that return

@@ -10,7 +10,7 @@ from django.db import OperationalError
 from scheduler_app import clock
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.dispatch import Breaker, Outcome, run_lane
-from tests.sends.helpers import recipient, run_lane_job, run_lane_now
+from tests.sends.helpers import make_due, recipient, run_lane_job, run_lane_now
 from tests.testapp.models import ProviderBehaviour, ProviderCall
 
 pytestmark = pytest.mark.django_db
@@ -124,3 +124,24 @@ def test_a_template_that_stops_compiling_mid_send_is_a_lane_error_not_a_failed_b
 
     batch.refresh_from_db()
     assert (batch.status, batch.lane_errors) == ("sending", 1)
+
+
+def test_the_breaker_window_lasts_across_lane_runs(customer, make_batch):
+    """A slow batch restarts its lanes between attempts (each waits for its retries): the
+    window of 4 attempts (2 per lane) fills across runs and trips, instead of starting empty
+    every time and never filling."""
+    customer("ann@example.com", "Ann")
+    ProviderBehaviour.objects.create(address="", answer="transient", times=10)
+    batch = make_batch(breaker_window=4, breaker_threshold=0.5)
+
+    first = run_lane_now(batch)  # one attempt, then the lane waits for ann's retry
+    assert first.retry is not None
+    batch.refresh_from_db()
+    assert batch.status == "sending"
+    make_due(batch)
+    run_lane_now(batch)
+
+    batch.refresh_from_db()
+    assert batch.status == "paused"
+    assert batch.status_reason.startswith("Automatic breaker: 2 of the last 2 attempts failed")
+    assert recipient(batch, "ann@example.com").attempts == 2
