@@ -64,6 +64,7 @@ from scheduler_app.sends.claim_keeper import ClaimKeeper
 from scheduler_app.sends.providers import (
     PermanentSendError,
     Provider,
+    RefusedAtRcpt,
     SenderRefused,
     SlowDown,
     TransientSendError,
@@ -310,6 +311,8 @@ class Lane:
         self.window = Window(self.provider, app_settings.SEND_WINDOW)
         #: Whether this run already cleared the batch's lane errors (see _count).
         self.errors_cleared = False
+        #: Whether the provider accepted a message in this run (see RefusedAtRcpt).
+        self.provider_accepted = False
 
     def run(self) -> dict[str, int]:
         """Send chunks until none is due, the batch stops sending, or the worker stops."""
@@ -519,6 +522,7 @@ class Lane:
         if outcome is not None:
             if outcome.status == Status.SENT:
                 self.window.accepted()
+                self.provider_accepted = True
             return outcome
         if isinstance(exc, SlowDown):  # not sent: no attempt used, the lane slows down
             if self.window.throttled(exc.delay.total_seconds()):
@@ -538,9 +542,19 @@ class Lane:
                 next_attempt_at=clock.now() + exc.delay,
                 error=str(exc),
             )
+        if isinstance(exc, RefusedAtRcpt) and self.provider_accepted:
+            # The server takes others: a block of this address, not of us.
+            return Outcome(recipient_id, Status.FAILED, error=str(exc))
         if isinstance(exc, SenderRefused):  # not the recipient's fault: no attempt used, pause
             self.stop_reason = self.stop_reason or str(exc)
-            return Outcome(recipient_id, Status.PENDING, refund=1, error=str(exc))
+            # Due again behind the rest: after a resume the others show whose fault it is.
+            return Outcome(
+                recipient_id,
+                Status.PENDING,
+                refund=1,
+                error=str(exc),
+                next_attempt_at=clock.now() if isinstance(exc, RefusedAtRcpt) else None,
+            )
         raise exc  # not an Exception (deliver() turns those into outcomes)
 
     def _why_halt(self) -> str:

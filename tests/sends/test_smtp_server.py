@@ -31,6 +31,7 @@ from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.batches import resume_batch
 from scheduler_app.sends.providers import (
     PermanentSendError,
+    RefusedAtRcpt,
     SenderRefused,
     SendError,
     SlowDown,
@@ -39,7 +40,7 @@ from scheduler_app.sends.providers import (
 )
 from scheduler_app.sends.providers.email import DjangoEmailProvider, message_id_for
 from scheduler_app.sends.rendering import Message
-from tests.sends.helpers import run_lane_now
+from tests.sends.helpers import recipient, run_lane_now
 from tests.sends.test_email_provider import free_port, smtp_settings
 
 T0 = dt.datetime(2027, 3, 1, 12, 0, tzinfo=dt.UTC)
@@ -255,16 +256,16 @@ def statuses(batch: SendBatch) -> dict[str, str]:
         (
             "rcpt",
             "554 5.7.1 Relay access denied",
-            SenderRefused,
+            RefusedAtRcpt,
             "us (not the recipient ann@example.com)",
         ),
         (
             "rcpt",
             "550 5.3.0 Mail system full",
-            SenderRefused,
+            RefusedAtRcpt,
             "us (not the recipient ann@example.com)",
         ),
-        ("rcpt", "501 5.5.2 Syntax error", SenderRefused, "us (not the recipient ann@example.com)"),
+        ("rcpt", "501 5.5.2 Syntax error", RefusedAtRcpt, "us (not the recipient ann@example.com)"),
         ("data", "554 5.7.1 Message rejected as spam", SenderRefused, "the message"),
         # 4xx stays transient; no enhanced code (or another subject): by stage, as before.
         (
@@ -554,3 +555,30 @@ def test_a_long_smtp_outage_raises_the_stalled_send_alert(customer, make_batch):
         findings = stalled_send(Situation(now=clock.now(), schedules=[], targets={}))
 
     assert [f.subject for f in findings] == ["batch:%s" % batch.pk]
+
+
+@pytest.mark.django_db
+def test_one_recipient_blocked_by_policy_at_rcpt_pauses_once_then_fails_alone(
+    customer, make_batch, server_factory
+):
+    """550 5.7.1 on one RCPT names us (it may be a relay denial for everyone): the batch
+    pauses. Resumed, the others go first; once the server has taken them, the block is that
+    address's own: it fails, and the batch does not pause again at every resume."""
+    blocked = "550 5.7.1 Recipient address rejected by policy"
+    customer("blocked@example.com")
+    customer("ann@example.com")
+    customer("bob@example.com")
+    port = server_factory(Refuses(rcpt={"blocked@example.com": blocked}))
+    batch = make_batch(provider="email", rate_limit_key="email")
+
+    runs = run_batch(batch, port, resumes=2)
+
+    assert [status for status, _ in runs] == ["paused", "completed"]
+    assert statuses(batch) == {
+        "blocked@example.com": "failed",
+        "ann@example.com": "sent",
+        "bob@example.com": "sent",
+    }
+    assert recipient(batch, "blocked@example.com").last_error == (
+        "The SMTP server refused us (not the recipient blocked@example.com): %s" % blocked
+    )

@@ -50,6 +50,14 @@ class SenderRefused(SendError):
     code = "sender_refused"
 
 
+class RefusedAtRcpt(SenderRefused):
+    """The server refused a recipient for a reason that names us (5xx X.3/X.5/X.7 at RCPT):
+    a relay denial refuses everyone (the batch pauses), a policy block only that address.
+    A lane that saw the server accept others fails only that recipient."""
+
+    code = "refused_at_rcpt"
+
+
 class SlowDown(SendError):
     """The provider asks us to wait (e.g. HTTP 429); not the recipient's fault."""
 

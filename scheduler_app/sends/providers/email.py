@@ -17,6 +17,7 @@ from django.utils.encoding import punycode
 from scheduler_app.conf import app_settings, message_id_domain
 from scheduler_app.sends.providers import (
     PermanentSendError,
+    RefusedAtRcpt,
     SenderRefused,
     SendError,
     SlowDown,
@@ -190,7 +191,7 @@ def _recipients_refused(exc: smtplib.SMTPRecipientsRefused) -> SendError:
     address, (code, text) = next(iter(exc.recipients.items()))
     reply = _text(text)
     if code >= 500 and _subject(reply) in OUR_SUBJECTS:  # e.g. 554 5.7.1 Relay access denied
-        return SenderRefused(
+        return RefusedAtRcpt(
             "The SMTP server refused us (not the recipient %s): %s %s" % (address, code, reply)
         )
     return _recipient_refused(address, code, reply)
