@@ -63,11 +63,20 @@ TEMPLATES = [
         },
     }
 ]
+# SCHEDULER_TEST_POSTMARK_URL: mail goes through django-anymail's Postmark backend to that
+# URL (tests/sends/fake_esp.py serves it), as a project sending through an ESP does.
+_MAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+if env.str("SCHEDULER_TEST_POSTMARK_URL", ""):
+    _MAIL_BACKEND = "anymail.backends.postmark.EmailBackend"
+    ANYMAIL = {
+        "POSTMARK_SERVER_TOKEN": "test-token",
+        "POSTMARK_API_URL": env.str("SCHEDULER_TEST_POSTMARK_URL"),
+    }
 if django.VERSION >= (6, 1):
     # Django 6.1 deprecates EMAIL_BACKEND in favour of MAILERS.
-    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+    MAILERS = {"default": {"BACKEND": _MAIL_BACKEND}}
 else:
-    EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    EMAIL_BACKEND = _MAIL_BACKEND
 # Django 6.0 takes plain addresses and deprecates (name, address) pairs.
 ADMINS = ["ops@example.com"] if django.VERSION >= (6, 0) else [("Ops", "ops@example.com")]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

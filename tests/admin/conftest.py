@@ -242,7 +242,7 @@ BATCH_FIELDS = (
     "status_reason",
     "status_changed_at",
     "undo_deadline",
-    "sent",
+    "counted_sent",
     "total",
     "frozen_at",
 )

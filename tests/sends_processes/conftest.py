@@ -128,6 +128,7 @@ def send_worker(start_worker) -> Iterator[Callable[..., WorkerProcess]]:  # noqa
         concurrency: int = 1,
         window: int = 1,
         wait: bool = True,
+        env: dict[str, str] | None = None,
     ):
         name = "sends-worker-%s" % next(numbers)
         worker = start_worker(
@@ -149,6 +150,7 @@ def send_worker(start_worker) -> Iterator[Callable[..., WorkerProcess]]:  # noqa
                 "SCHEDULER_SEND_MARKER_SYNCHRONOUS_COMMIT": "false",
                 # Names its PostgreSQL connections, so freeze() can see their state.
                 "PGAPPNAME": name,
+                **(env or {}),
             },
         )
         worker.app_name = name

@@ -23,10 +23,9 @@ from scheduler_app.sends.providers import (
     SlowDown,
     TransientSendError,
 )
+from scheduler_app.sends.providers.esp import THROTTLED_DELAY, esp_error, unsupported_metadata
 from scheduler_app.sends.rendering import Message
 
-#: How long a lane pauses after a throttling answer (SMTP gives no Retry-After).
-THROTTLED_DELAY = dt.timedelta(seconds=1)
 #: How long a lane waits when the mail server cannot be reached (nothing was sent).
 UNREACHABLE_DELAY = dt.timedelta(seconds=30)
 
@@ -72,6 +71,8 @@ class DjangoEmailProvider:
 
     def __init__(self) -> None:
         self._local = threading.local()
+        #: The backend refused metadata once (see _send): send without from then on.
+        self.without_metadata = False
 
     @property
     def connection(self) -> Any:
@@ -128,28 +129,57 @@ class DjangoEmailProvider:
             },
             connection=connection,
         )
-        # django-anymail passes metadata to the ESP and back in tracking events, which
-        # ties a bounce or complaint to its recipient; other backends ignore it.
-        email.metadata = {"scheduler_key": idempotency_key}
         if message.html:
             email.attach_alternative(message.html, "text/html")
         try:
-            email.send()
-        except ValueError as exc:  # Django: 'Invalid address "..."', before any network call
-            raise PermanentSendError(
-                "The message to %r could not be built: %s" % (message.to, exc)
-            ) from exc
-        except smtplib.SMTPRecipientsRefused as exc:
-            raise _recipients_refused(exc) from exc
-        except smtplib.SMTPResponseException as exc:
-            raise _refused(exc, message.to) from exc
-        except (smtplib.SMTPException, OSError) as exc:
-            # The session is in an unknown state (a reply may still come): start afresh.
-            connection.close()
-            raise TransientSendError("%s: %s" % (type(exc).__name__, exc)) from exc
+            self._send(email, idempotency_key)
+        except Exception as exc:
+            error = _send_error(exc, message.to, connection)
+            if error is exc:
+                raise
+            raise error from exc
         # With django-anymail, the ESP's own id: what its tracking events name.
         esp_id = getattr(getattr(email, "anymail_status", None), "message_id", None)
         return message_id if esp_id is None else str(esp_id)
+
+    def _send(self, email: EmailMultiAlternatives, idempotency_key: str) -> None:
+        """Send ``email``, with metadata where the backend can carry it.
+
+        django-anymail passes metadata to the ESP and back in tracking events, which
+        ties a bounce or complaint to its recipient; other backends ignore it. A backend
+        that cannot carry it (anymail's Postal) refuses it before any call: the message
+        goes without, as do the next ones, and feedback finds the recipient by the ESP's
+        message id.
+        """
+        if not self.without_metadata:
+            email.metadata = {"scheduler_key": idempotency_key}
+        try:
+            email.send()
+        except Exception as exc:
+            if not unsupported_metadata(exc):
+                raise
+            self.without_metadata = True
+            del email.metadata
+            email.send()
+
+
+def _send_error(exc: Exception, address: str, connection: Any) -> Exception:
+    """Return the SendError that what the backend raised means (``exc`` itself if nothing
+    we know of): an ESP's answer through django-anymail first, then an SMTP server's."""
+    refusal = esp_error(exc, address)
+    if refusal is not None:
+        return refusal
+    if isinstance(exc, ValueError):  # Django: 'Invalid address "..."', before any network call
+        return PermanentSendError("The message to %r could not be built: %s" % (address, exc))
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        return _recipients_refused(exc)
+    if isinstance(exc, smtplib.SMTPResponseException):
+        return _refused(exc, address)
+    if isinstance(exc, smtplib.SMTPException | OSError):
+        # The session is in an unknown state (a reply may still come): start afresh.
+        connection.close()
+        return TransientSendError("%s: %s" % (type(exc).__name__, exc))
+    return exc
 
 
 #: An RFC 3463 enhanced status code opening a reply: class.subject.detail.

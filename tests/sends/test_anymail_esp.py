@@ -1,0 +1,94 @@
+"""The email provider through django-anymail's real Postmark backend and a fake ESP:
+each answer mapped by what the provider meant (#33)."""
+
+from __future__ import annotations
+
+from contextlib import closing
+
+import pytest
+from django.test import override_settings
+
+from scheduler_app.sends.providers import (
+    PermanentSendError,
+    SenderRefused,
+    SlowDown,
+    TransientSendError,
+)
+from scheduler_app.sends.providers.email import DjangoEmailProvider
+from scheduler_app.sends.rendering import Message
+from tests.sends.fake_esp import FakeEsp
+
+POSTMARK = "anymail.backends.postmark.EmailBackend"
+
+
+@pytest.fixture
+def esp():
+    with FakeEsp() as server:
+        yield server
+
+
+def send(esp: FakeEsp, to: str) -> str:
+    anymail = {"POSTMARK_SERVER_TOKEN": "test-token", "POSTMARK_API_URL": esp.url}
+    with (
+        override_settings(EMAIL_BACKEND=POSTMARK, ANYMAIL=anymail),
+        closing(DjangoEmailProvider()) as provider,
+    ):
+        return provider.send(Message(to=to, subject="News", text="Hello."), "7:%s" % to)
+
+
+def test_an_accepted_message_returns_the_esps_message_id(esp):
+    message_id = send(esp, "ok@example.com")
+    assert len(message_id) == 36  # Postmark's MessageID, which its tracking events name
+    assert esp.answers == [("ok@example.com", 200)]
+
+
+@pytest.mark.parametrize(
+    ("to", "expected", "text"),
+    [
+        (
+            "throttled@example.com",
+            SlowDown,
+            "The ESP asks us to slow down: HTTP 429: ",
+        ),
+        (
+            "badkey@example.com",
+            SenderRefused,
+            "The ESP refused our credentials or account: HTTP 401: ",
+        ),
+        (
+            "refused@example.com",
+            PermanentSendError,
+            "The ESP refused the recipient refused@example.com: ",
+        ),
+        ("broken@example.com", TransientSendError, "The ESP failed (HTTP 500): "),
+    ],
+)
+def test_each_esp_answer_means_what_the_provider_meant(esp, to, expected, text):
+    """429: slow down (nobody's fault); 401: our key (the batch pauses); a refused recipient:
+    that recipient, for good; 5xx: may pass. Before, anymail's errors were an OSError
+    (transient) or a ValueError (permanent) whatever the ESP meant."""
+    with pytest.raises(expected) as raised:
+        send(esp, to)
+    assert type(raised.value) is expected
+    assert str(raised.value).startswith(text)
+    if expected is SlowDown:
+        assert raised.value.delay.total_seconds() == 1  # the ESP's Retry-After
+
+
+def test_a_backend_without_metadata_sends_without_it(esp):
+    """anymail's Postal backend refuses metadata (before any call): the message goes
+    without it, and so do the next ones; feedback ties back by the ESP's message id. Before,
+    every message failed for good as "could not be built"."""
+    anymail = {"POSTAL_API_KEY": "key", "POSTAL_API_URL": esp.url}
+    with (
+        override_settings(EMAIL_BACKEND="anymail.backends.postal.EmailBackend", ANYMAIL=anymail),
+        closing(DjangoEmailProvider()) as provider,
+    ):
+        first = provider.send(Message(to="ann@example.com", subject="News", text="Hi."), "7:a")
+        second = provider.send(Message(to="bob@example.com", subject="News", text="Hi."), "7:b")
+    assert (first, second) == ("42", "42")
+    assert [body["to"] for body in esp.postal_requests] == [
+        ["ann@example.com"],
+        ["bob@example.com"],
+    ]
+    assert provider.without_metadata is True

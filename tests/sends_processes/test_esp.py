@@ -1,0 +1,76 @@
+"""A send through django-anymail's real Postmark backend, run by a real runworker, against a
+fake ESP that throttles, refuses recipients and refuses our key (#33)."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.sends.batches import schedule_batch
+from tests.helpers import wait_until
+from tests.sends.fake_esp import FakeEsp
+from tests.sends_processes.conftest import RELAX, batch_status
+from tests.testapp.models import Customer
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
+
+
+def esp_batch(plan: str, addresses: list[str]) -> SendBatch:
+    Customer.objects.bulk_create(
+        [Customer(email=address, first_name="Reader", plan=plan) for address in addresses]
+    )
+    batch = SendBatch.objects.create(
+        name="esp test",
+        subject_template="News",
+        text_template="Hi {{ first_name }}.",
+        audience="tests.customers",
+        audience_params={"plan": plan},
+        expected_max_audience=len(addresses),
+        scheduled_at=timezone.now(),
+        timezone="UTC",
+        provider="email",
+        rate_limit_key="email",
+    )
+    return schedule_batch(batch, relax=RELAX)
+
+
+def test_throttled_recipients_are_never_charged_refused_ones_fail_once_a_bad_key_pauses(
+    send_worker,
+):
+    with FakeEsp() as esp:
+        send_worker(window=4, env={"SCHEDULER_TEST_POSTMARK_URL": esp.url})
+        good = ["ok%s@example.com" % n for n in range(4)]
+        throttled = ["throttled%s@example.com" % n for n in range(3)]
+        batch = esp_batch("news", [*good, *throttled, "refused@example.com"])
+        wait_until(
+            lambda: (
+                batch_status(batch) != SendBatch.Status.SENDING
+                and batch_status(batch) != SendBatch.Status.SCHEDULED
+            ),
+            timeout=60,
+            message="the batch to end",
+        )
+        markers = {r.address: (r.status, r.attempts) for r in Recipient.objects.filter(batch=batch)}
+        assert batch_status(batch) == SendBatch.Status.COMPLETED
+        # Throttled (429) and then accepted: one attempt each, the 429 cost nothing.
+        assert markers == {
+            **{address: ("sent", 1) for address in [*good, *throttled]},
+            "refused@example.com": ("failed", 1),
+        }
+        assert esp.seen["refused@example.com"] == 1  # failed once, never retried
+        assert all(esp.seen[address] == 2 for address in throttled)
+
+        keyless = esp_batch("keys", ["badkey%s@example.com" % n for n in range(3)])
+        wait_until(
+            lambda: batch_status(keyless) == SendBatch.Status.PAUSED,
+            timeout=60,
+            message="the batch with a bad key to pause",
+        )
+    keyless.refresh_from_db()
+    assert keyless.status_reason.startswith(
+        "The ESP refused our credentials or account: HTTP 401: "
+    )
+    assert set(Recipient.objects.filter(batch=keyless).values_list("status", "attempts")) == {
+        ("pending", 0)
+    }
