@@ -501,7 +501,8 @@ _MARKED = f"""
 marked AS (
     UPDATE {RECIPIENT} AS r
     SET status = v.status, sent_at = v.sent_at, provider_message_id = v.message_id,
-        last_error = v.error, next_attempt_at = COALESCE(v.next_attempt_at, r.next_attempt_at),
+        last_error = COALESCE(v.error, r.last_error),
+        next_attempt_at = COALESCE(v.next_attempt_at, r.next_attempt_at),
         attempts = r.attempts - v.refund, claimed_by = '', claimed_until = NULL
     FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
                 %s::timestamptz[], %s::int[])
@@ -552,7 +553,8 @@ MARK_ONE_AND_BEGIN = f"""
 WITH marked AS (
     UPDATE {RECIPIENT}
     SET status = %(status)s, sent_at = %(sent_at)s, provider_message_id = %(message_id)s,
-        last_error = %(error)s, next_attempt_at = COALESCE(%(next_attempt_at)s, next_attempt_at),
+        last_error = COALESCE(%(error)s, last_error),
+        next_attempt_at = COALESCE(%(next_attempt_at)s, next_attempt_at),
         attempts = attempts - %(refund)s, claimed_by = '', claimed_until = NULL
     WHERE id = %(marked)s AND claimed_by = %(claim)s AND status = 'pending'
     RETURNING status

@@ -284,7 +284,8 @@ SET sent = l.sent + excluded.sent, failed = l.failed + excluded.failed,
 
 MARK_RECIPIENT = f"""
 UPDATE {RECIPIENT}
-SET status = %s, sent_at = %s, provider_message_id = %s, last_error = %s,
+SET status = %s, sent_at = %s, provider_message_id = %s,
+    last_error = COALESCE(%s, last_error),
     next_attempt_at = COALESCE(%s, next_attempt_at), attempts = attempts - %s,
     claimed_by = '', claimed_until = NULL
 WHERE id = %s AND claimed_by = %s AND status = 'pending'

@@ -21,7 +21,7 @@ from django.db.models.functions import Cast, Concat
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.controls import as_user, record
+from scheduler_app.controls import as_user, paused_scopes, record
 from scheduler_app.db import DatabaseNow, database_now
 from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.feedback.unsubscribe import recipient_token, with_unsubscribe
@@ -271,6 +271,8 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
     """
     if not batch.seed_list:
         raise ValidationError("The batch has no seed list.")
+    if paused_scopes().covers(queue=app_settings.SEND_QUEUE, task_name=SEND_BATCH_TASK):
+        raise BatchStateError("Sends are paused by a kill switch; resume them to seed send.")
     template = compile_template(batch)
     provider = get_provider(batch.provider)
     digest = fingerprint(batch)

@@ -93,6 +93,8 @@ HALT_RECHECK = 1.0
 LANE_ERRORS_BEFORE_PAUSE = 3
 #: A lane hands its job back after this long and goes on in a fresh attempt.
 LANE_TURN = dt.timedelta(minutes=5)
+#: Why a recipient frozen without an address is skipped.
+NO_ADDRESS = "The recipient has no address."
 #: The largest group of recipients an idempotent provider's lane charges in one statement.
 BEGIN_GROUP_MAX = 100
 
@@ -107,7 +109,8 @@ class Outcome:
     status: str
     sent_at: dt.datetime | None = None
     message_id: str = ""
-    error: str = ""
+    #: The recipient's last error; None keeps the one it has (a hand-back, not an attempt).
+    error: str | None = ""
     next_attempt_at: dt.datetime | None = None
     refund: int = 0
 
@@ -416,6 +419,9 @@ class Lane:
             if address in suppressed:
                 self._add(Outcome(recipient_id, Status.SKIPPED, error=suppressed[address]))
                 continue
+            if not address:  # frozen without one: nobody to send to, nobody's failure
+                self._add(Outcome(recipient_id, Status.SKIPPED, error=NO_ADDRESS))
+                continue
             try:
                 message = self.template.render(
                     address, thaw_context(self.batch.context_types, context)
@@ -460,7 +466,7 @@ class Lane:
                 row[0],
                 Status.PENDING,
                 next_attempt_at=clock.now() + wait if wait else None,
-                error=str(self.slow_down) if wait else "",
+                error=str(self.slow_down) if wait else None,  # None: keep its last error
                 refund=self._uncalled(row[0]),
             )
             for row in rows[reached:]

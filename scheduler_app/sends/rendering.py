@@ -49,7 +49,9 @@ _MISSING = _FailOnMissing("<missing>")
 _ENGINE = Engine(string_if_invalid=_MISSING, autoescape=False)
 _HTML_ENGINE = Engine(string_if_invalid=_MISSING, autoescape=True)
 EMPTY_OK_FILTERS = {"default", "default_if_none"}
-LEFTOVER_SYNTAX = ("{{", "{%", "}}", "%}")
+#: What an unrendered tag or variable opens with; a closing "}}" or "%}" alone is ordinary
+#: text (minified CSS in an HTML body: ``@media(...){.c{width:100%}}``).
+LEFTOVER_SYNTAX = ("{{", "{%")
 #: What str.splitlines() splits on, as a regex class body: Python's email package splits a
 #: header on each of these, so a subject holding one cannot be sent.
 LINE_BREAKS = r"\n\r\x0b\x0c\x1c-\x1e\x85\u2028\u2029"

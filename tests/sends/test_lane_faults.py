@@ -8,6 +8,7 @@ import pytest
 from django.db import OperationalError
 
 from scheduler_app import clock
+from scheduler_app.exceptions import RetryLater
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.dispatch import Breaker, Outcome, run_lane
 from tests.sends.helpers import make_due, recipient, run_lane_job, run_lane_now
@@ -145,3 +146,40 @@ def test_the_breaker_window_lasts_across_lane_runs(customer, make_batch):
     assert batch.status == "paused"
     assert batch.status_reason.startswith("Automatic breaker: 2 of the last 2 attempts failed")
     assert recipient(batch, "ann@example.com").attempts == 2
+
+
+def test_a_recipient_without_an_address_is_skipped_not_failed(customer, make_batch):
+    """Rows frozen without an address are nobody's failure: skipped, and the breaker (one
+    attempt, any failure trips it) does not see a failure."""
+    customer("", "Nobody")
+    customer("ann@example.com", "Ann")
+    batch = make_batch(breaker_window=1)
+
+    run_lane_now(batch)
+
+    batch.refresh_from_db()
+    assert (batch.status, batch.sent, batch.failed, batch.skipped) == ("completed", 1, 0, 1)
+    assert Recipient.objects.get(batch=batch, address="").last_error == (
+        "The recipient has no address."
+    )
+
+
+def test_a_chunk_handed_back_keeps_each_recipients_last_error(four, make_batch):
+    """The worker stops right after claiming: the chunk goes back as it was, errors kept."""
+    batch = make_batch()
+    ProviderBehaviour.objects.create(address="bob@example.com", answer="transient", times=1)
+    run_lane_now(batch)
+    bob = recipient(batch, "bob@example.com")
+    assert (bob.status, bob.last_error) == (
+        "pending",
+        "TransientSendError: fake provider: try again",
+    )
+    make_due(batch)
+    looks = iter([False])  # the lane's first look says go on (it claims), the next ones stop
+
+    with pytest.raises(RetryLater):
+        run_lane(batch.pk, claim="test:stops", should_stop=lambda: next(looks, True))
+
+    bob = recipient(batch, "bob@example.com")
+    assert (bob.status, bob.attempts, bob.claimed_by) == ("pending", 1, "")
+    assert bob.last_error == "TransientSendError: fake provider: try again"

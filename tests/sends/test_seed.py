@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from scheduler_app import controls
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import ControlEvent, Recipient, SendBatch
-from scheduler_app.sends.batches import fingerprint, seed_send
+from scheduler_app.sends.batches import BatchStateError, fingerprint, seed_send
 from scheduler_app.sends.checklist import run_checklist
 from tests.sends.helpers import run_lane_now
 from tests.testapp.models import ProviderBehaviour, ProviderCall
@@ -118,6 +119,17 @@ def test_a_seed_send_needs_a_seed_list(batch):
     with pytest.raises(ValidationError) as caught:
         seed_send(batch)
     assert caught.value.message == "The batch has no seed list."
+
+
+@pytest.mark.django_db
+def test_a_seed_send_waits_behind_the_kill_switch(batch):
+    """Everything paused means no message leaves, seeds included (they went out before)."""
+    controls.pause("global", reason="incident")
+    with pytest.raises(BatchStateError) as caught:
+        seed_send(batch)
+    assert caught.value.message == "Sends are paused by a kill switch; resume them to seed send."
+    assert ProviderCall.objects.count() == 0
+    assert not Recipient.objects.filter(batch=batch).exists()
 
 
 @pytest.mark.django_db
