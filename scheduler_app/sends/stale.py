@@ -6,8 +6,8 @@ the same holds per recipient (each has its own time), and a batch that an
 outage stopped mid-send for longer does not go on. The batch is paused
 with a reason starting "stale:" and a ``stale_send`` alert opens. Resuming it
 means "send anyway": the guard then leaves the batch alone. A single message
-(``send_message``) whose first attempt would start that late fails with
-StaleSend ("stale: ...") and an alert; retrying the job sends it.
+(``send_message``) whose attempt would start that late after it was due fails
+with StaleSend ("stale: ...") and an alert; retrying the job sends it.
 """
 
 from __future__ import annotations
@@ -90,14 +90,15 @@ def interrupted_for(batch: SendBatch) -> dt.timedelta | None:
 
 
 def message_late_by(job: JobContext) -> dt.timedelta | None:
-    """Return how late a single message's first attempt would start now, or None if in time.
+    """Return how late this attempt of a single message would start now, or None if in time.
 
-    Only the first attempt is guarded: an operator's "retry" of the failed
-    job (a later attempt) sends it anyway.
+    Measured from when the attempt was due (the job's run_at, at least its scheduled
+    time): an automatic retry that an outage held back is late like a first attempt,
+    while an operator's "retry" of the refused job is due now and sends it.
     """
-    if job.attempt != 1:
-        return None
-    late = database_now() - job.scheduled_for
+    run_at = Job.objects.filter(pk=job.job_id).values_list("run_at", flat=True).first()
+    due = job.scheduled_for if run_at is None else max(run_at, job.scheduled_for)
+    late = database_now() - due
     return late if late > stale_after() else None
 
 

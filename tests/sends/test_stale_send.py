@@ -129,9 +129,35 @@ def test_a_single_message_too_late_fails_as_stale_with_an_alert_and_a_retry_send
         assert set(stale_alerts()) == {"messages"}
         assert ProviderCall.objects.count() == 0
 
+        # An operator's retry of the refused job: due now.
+        Job.objects.create(
+            pk=41,
+            task_name=SEND_MESSAGE_TASK,
+            status=Job.Status.RUNNING,
+            scheduled_for=T0 - 2 * HOUR,
+            run_at=T0,
+        )
         send(message_context(attempt=2, scheduled_for=T0 - 2 * HOUR))
         send(message_context(attempt=1, scheduled_for=T0 - HOUR + dt.timedelta(seconds=1)))
     assert ProviderCall.objects.count() == 2
+
+
+def test_an_automatic_retry_an_outage_held_back_is_stale_too():
+    """The first attempt failed in time; its retry was due two hours ago (the workers were
+    down): it is refused like a first attempt that late. Only the first attempt was guarded."""
+    Job.objects.create(
+        pk=41,
+        task_name=SEND_MESSAGE_TASK,
+        status=Job.Status.RUNNING,
+        scheduled_for=T0 - 3 * HOUR,
+        run_at=T0 - 2 * HOUR,
+    )
+    with frozen_clock(T0), pytest.raises(StaleSend) as refused:
+        get_task(SEND_MESSAGE_TASK)(message_context(attempt=2, scheduled_for=T0 - 3 * HOUR))
+    assert str(refused.value).startswith(
+        "stale: the message would start 2:00:00 after its scheduled time"
+    )
+    assert ProviderCall.objects.count() == 0
 
 
 def test_an_outage_that_leaves_many_messages_stale_opens_one_alert_not_one_per_message(
