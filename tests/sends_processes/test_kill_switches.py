@@ -186,17 +186,19 @@ def test_provider_failing_every_call_trips_the_breaker_within_its_window(send_wo
     print("\nbreaker window=%s: provider calls=%s (bound %s)" % (window, calls, window + IN_FLIGHT))
 
 
-def test_pause_takes_effect_within_two_seconds_with_a_slow_provider(send_worker):
-    """A provider taking 50 ms a call: pausing just after a chunk started stops calls within 2 s."""
+@pytest.mark.parametrize("window", [1, 8])
+def test_pause_takes_effect_within_two_seconds_with_a_slow_provider(send_worker, window):
+    """A provider taking 50 ms a call: pausing just after a chunk started stops calls within
+    2 s, with one call in flight per lane or a window of 8."""
     ProviderBehaviour.objects.create(delay=0.05)
-    send_worker()  # one lane at a time
+    send_worker(window=window)  # one lane at a time
     batch = make_batch(300)
 
     def chunk_just_started() -> bool:
         # Recipients are marked (and their claims released) one by one as they are sent.
         claimed = Recipient.objects.filter(batch=batch).exclude(claimed_by="").count()
         made = call_count(batch)
-        return 3 <= made <= 10 and claimed >= CHUNK - made
+        return 3 <= made <= 10 * window and claimed >= CHUNK - made
 
     wait_until(chunk_just_started, timeout=30, message="a chunk to start")
     assert pause_batch(batch.pk, reason="Stop it.")
