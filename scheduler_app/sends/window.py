@@ -31,6 +31,11 @@ from scheduler_app.sends.providers import Provider, close_connection, in_use
 
 #: What a sender thread hands back: (the call's tag, its result, the exception it raised).
 Done = tuple[Any, Any, BaseException | None]
+#: A call answered faster than this (seconds) gains nothing from a thread of its own.
+FAST_CALL = 0.001
+#: After this many fast calls in a row, calls run on the lane's thread (one in flight)
+#: until one is slow: handing an instant call to a thread costs more than the call.
+FAST_CALLS_IN_A_ROW = 50
 
 
 class Window:
@@ -45,9 +50,13 @@ class Window:
         self._accepted = 0
         self._shrunk_at = 0.0
         self._calls: queue.SimpleQueue[tuple[Any, Callable[[], Any]] | None] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[Done] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[Any, Any, BaseException | None, float]] = (
+            queue.SimpleQueue()
+        )
         self._threads: list[threading.Thread] = []
         self._inline = False
+        #: Calls answered within FAST_CALL in a row (see FAST_CALLS_IN_A_ROW).
+        self._fast = 0
 
     def __enter__(self) -> Window:
         return self
@@ -62,9 +71,10 @@ class Window:
     def submit(self, tag: Any, call: Callable[[], Any]) -> None:
         """Run ``call()`` on a sender thread; done() hands back (tag, result, exception).
 
-        A window of one has no sender thread: the call runs here, on the lane's thread.
+        A window of one, or a provider that answers at once (FAST_CALLS_IN_A_ROW calls
+        within FAST_CALL), has the call run here, on the lane's thread.
         """
-        if self.limit == 1:
+        if self.limit == 1 or (self._fast >= FAST_CALLS_IN_A_ROW and not self.in_flight):
             self._inline = True
             self.in_flight += 1
             self._done.put(_run(tag, call))
@@ -91,7 +101,9 @@ class Window:
             except queue.Empty:
                 break
         self.in_flight -= len(finished)
-        return finished
+        for _tag, _result, _exc, seconds in finished:
+            self._fast = self._fast + 1 if seconds < FAST_CALL else 0
+        return [(tag, result, exc) for tag, result, exc, _seconds in finished]
 
     def accepted(self) -> None:
         """Count a call the provider accepted: a window's worth of them grows it by one."""
@@ -131,9 +143,11 @@ class Window:
             connections.close_all()  # a provider that used the database in this thread
 
 
-def _run(tag: Any, call: Callable[[], Any]) -> Done:
-    """Make one call; return (tag, result, None), or (tag, None, what it raised)."""
+def _run(tag: Any, call: Callable[[], Any]) -> tuple[Any, Any, BaseException | None, float]:
+    """Make one call; return (tag, result, None, seconds), or (tag, None, what it raised,
+    seconds)."""
+    started = time.monotonic()
     try:
-        return tag, call(), None
+        return tag, call(), None, time.monotonic() - started
     except BaseException as exc:  # handed to the lane's thread, which decides
-        return tag, None, exc
+        return tag, None, exc, time.monotonic() - started

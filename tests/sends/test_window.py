@@ -10,6 +10,7 @@ from django.db import connection, connections
 
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.providers import SlowDown
+from scheduler_app.sends.window import Window
 from tests.helpers import wait_until
 from tests.sends.helpers import make_due, run_lane_now
 
@@ -178,3 +179,28 @@ def test_lanes_mark_recipients_while_another_transaction_holds_the_batch_row(
         lane.join(timeout=30)
     batch.refresh_from_db()
     assert (batch.status, batch.sent) == ("completed", 10)
+
+
+def test_a_provider_that_answers_at_once_is_called_on_the_lanes_thread():
+    """Handing an instant call to a sender thread costs more than the call: after 50 fast
+    calls in a row the window makes them on the lane's thread, until one is slow."""
+    callers = []
+
+    def call(seconds: float = 0.0):
+        callers.append(threading.get_ident())
+        if seconds:
+            threading.Event().wait(seconds)  # a slow answer, not a synchronisation
+        return "ok"
+
+    with Window(ConcurrentProvider(), 8) as window:
+        for n in range(60):
+            window.submit(n, call)
+            while window.in_flight:
+                window.done(wait=1)
+        assert callers[0] != threading.get_ident()
+        assert set(callers[-5:]) == {threading.get_ident()}
+        window.submit("slow", lambda: call(0.01))
+        assert [tag for tag, _result, _exc in window.done(wait=1)] == ["slow"]
+        window.submit("next", call)
+        window.done(wait=1)
+        assert callers[-1] != threading.get_ident()  # back on a sender thread
