@@ -17,9 +17,8 @@ import logging
 
 from django.db import InterfaceError, OperationalError, connection, transaction
 
-from scheduler_app import clock
 from scheduler_app.conf import app_settings
-from scheduler_app.db import in_lists
+from scheduler_app.db import database_now, in_lists
 from scheduler_app.exceptions import SchedulerError, UnknownQueue, UnknownTask
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
 from scheduler_app.models.jobs import OCCURRENCE_KEY_PREFIX
@@ -35,8 +34,11 @@ MAX_OCCURRENCES_PER_TICK = 1000
 
 
 def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
-    """Enqueue the due occurrences of every enabled schedule; return how many jobs."""
-    now = now or clock.now()
+    """Enqueue the due occurrences of every enabled schedule; return how many jobs.
+
+    ``now``: the database's clock by default, which claims compare run times with.
+    """
+    now = now or database_now()
     enqueued = 0
     with transaction.atomic():
         if connection.vendor == "postgresql":

@@ -8,7 +8,7 @@ import signal
 import pytest
 from django.db.models import Count
 
-from scheduler_app import clock, controls
+from scheduler_app import controls
 from scheduler_app.cancellation import CancelOutcome, cancel
 from scheduler_app.celery.publishing import ask_for_confirms, publish_jobs
 from scheduler_app.db import backend
@@ -37,12 +37,11 @@ def all_finished() -> bool:
 
 def claim_as(worker: str, job: Job) -> ClaimedJob:
     """Claim ``job`` as a relay named ``worker`` would (the same claim statement)."""
-    now = clock.now()
     rows = backend().claim_jobs(
-        worker=worker, queues=[job.queue], limit=1, now=now, lease=dt.timedelta(seconds=30)
+        worker=worker, queues=[job.queue], limit=1, lease=dt.timedelta(seconds=30)
     )
     assert [row[0] for row in rows] == [job.pk]
-    return ClaimedJob.from_row(rows[0], started_at=now)
+    return ClaimedJob.from_row(rows[0])
 
 
 def test_jobs_drain_exactly_once(broker, relay, celery_worker):
