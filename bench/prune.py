@@ -90,7 +90,6 @@ def claimer(
 ) -> None:
     """Claim back to back until ``stop``; put (phase, [seconds per claim]) per phase."""
     setup_django(url)
-    from scheduler_app import clock
     from scheduler_app.db import backend
     from scheduler_app.models import Job
 
@@ -104,7 +103,6 @@ def claimer(
             worker="bench-claimer",
             queues=["default"],
             limit=limit,
-            now=clock.now(),
             lease=dt.timedelta(minutes=5),
         )
         latencies.append(time.perf_counter() - began)

@@ -99,7 +99,7 @@ def drain(configuration: str, url: str) -> None:
         "limit": app_settings.CONCURRENCY,
         "lease": LEASE,
     }
-    rows = pg.claim_jobs(now=clock.now(), **arguments)
+    rows = pg.claim_jobs(**arguments)
     done = turns = window_jobs = 0
     busy = 0.0
     start = time.perf_counter()
@@ -107,7 +107,7 @@ def drain(configuration: str, url: str) -> None:
     while rows:
         finishes = succeeded(rows, clock.now())
         began = time.perf_counter()
-        _, rows = pg.finish_and_claim(finishes, now=clock.now(), **arguments)
+        _, rows = pg.finish_and_claim(finishes, **arguments)
         busy += time.perf_counter() - began
         done += len(finishes)
         window_jobs += len(finishes)

@@ -62,7 +62,7 @@ def succeeded(rows: list[tuple], now: dt.datetime) -> list[tuple]:
 
     return [
         Finish(
-            job=ClaimedJob.from_row(row, started_at=now),
+            job=ClaimedJob.from_row(row),
             status="succeeded",
             outcome="succeeded",
             finished_at=now,
@@ -83,7 +83,7 @@ def run_round(jobs: int, batch: int) -> dict[str, float]:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE %s" % pg.JOB)
     arguments = claim_arguments(batch)
-    rows = pg.claim_jobs(now=clock.now(), **arguments)
+    rows = pg.claim_jobs(**arguments)
     backend = connection.connection.info.backend_pid
     done = 0
     wall, cpu, backend_cpu = time.perf_counter(), time.thread_time(), process_cpu(backend)
@@ -91,7 +91,7 @@ def run_round(jobs: int, batch: int) -> dict[str, float]:
         now = clock.now()
         finishes = succeeded(rows, now)
         done += len(finishes)
-        _, rows = pg.finish_and_claim(finishes, now=clock.now(), **arguments)
+        _, rows = pg.finish_and_claim(finishes, **arguments)
     return {
         "jobs": done,
         "wall_us": (time.perf_counter() - wall) * 1e6 / done,
@@ -112,13 +112,13 @@ def waits_per_turn(batch: int) -> int:
     schedule_many("tests.noop", [None] * (2 * batch))
     arguments = claim_arguments(batch)
     now = clock.now()
-    finishes = succeeded(pg.claim_jobs(now=now, **arguments), now)
+    finishes = succeeded(pg.claim_jobs(**arguments), now)
     raw = connection.connection
     with tempfile.TemporaryFile("w+") as trace:
         raw.pgconn.trace(trace.fileno())
         raw.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
         try:
-            pg.finish_and_claim(finishes, now=clock.now(), **arguments)
+            pg.finish_and_claim(finishes, **arguments)
         finally:
             raw.pgconn.untrace()
         trace.seek(0)

@@ -675,7 +675,7 @@ def explain_statements(jobs: int, limit: int) -> dict:
         rows = _call_with(pg.claim_jobs, known)
         finishes = [
             Finish(
-                job=ClaimedJob.from_row(r, started_at=now),
+                job=ClaimedJob.from_row(r),
                 status="succeeded",
                 outcome="succeeded",
                 finished_at=clock.now(),

@@ -83,8 +83,8 @@ def schedule(
     scheduler_app ValidationError subclass for any invalid argument.
     """
     spec = _resolve_task(task)
-    # An undo window is measured on the database's clock, as the claim and the undo are.
-    now = database_now() if undo_window is not None else clock.now()
+    # "Now", a delay and an undo window run on the database's clock, as claims and undos do.
+    now = database_now()
     run_at, undo_deadline = _run_time(at=at, delay=delay, undo_window=undo_window, now=now)
     job = _build_job(
         spec,
@@ -126,14 +126,18 @@ def schedule_many(
     unique keys that matched an unfinished job).
     """
     spec = _resolve_task(task)
+    # Items are checked against this host's clock, so that a bad one costs no query; the
+    # jobs' times are then moved onto the database's clock (_on_database_clock).
     now = clock.now()
     jobs = []
+    from_now: list[tuple[bool, bool]] = []
     for index, item in enumerate(items):
         request = item if isinstance(item, JobRequest) else JobRequest(payload=item)
         has_own_time = request.at is not None or request.delay is not None
+        item_at = request.at if has_own_time else at
         try:
             run_at, _ = _run_time(
-                at=request.at if has_own_time else at,
+                at=item_at,
                 delay=request.delay if has_own_time else delay,
                 undo_window=None,
                 now=now,
@@ -154,6 +158,7 @@ def schedule_many(
         except ValidationError as exc:
             raise type(exc)("Item %s: %s" % (index, exc.message)) from exc
         jobs.append(job)
+        from_now.append((item_at is None, item_at is None and request.scheduled_for is None))
     if not jobs:
         return []
     keys = [job.unique_key for job in jobs if job.unique_key is not None]
@@ -163,6 +168,7 @@ def schedule_many(
             "schedule_many() was given the same unique_key more than once: %s."
             % ", ".join(map(repr, repeated[:5]))
         )
+    now = _on_database_clock(jobs, from_now, host_now=now)
     # One atomic block (a savepoint inside the caller's transaction): a
     # failing INSERT of the keyed items must not leave the plain ones behind.
     with transaction.atomic():
@@ -174,6 +180,26 @@ def schedule_many(
         jobs = [next(keyed) if job.unique_key else next(plain) for job in jobs]
         notify_jobs_scheduled(jobs, now=now)
     return jobs
+
+
+def _on_database_clock(
+    jobs: list[Job], from_now: list[tuple[bool, bool]], *, host_now: dt.datetime
+) -> dt.datetime:
+    """Move the times of ``jobs`` that were measured from ``host_now`` (this host's clock)
+    onto the database's clock, which claims compare them with; return the database's now.
+
+    ``from_now``: for each job, whether its run_at and its scheduled_for were measured
+    from ``host_now`` (it runs now or after a delay) rather than given.
+    """
+    now = database_now()
+    shift = now - host_now
+    for job, (run_at_from_now, scheduled_for_from_now) in zip(jobs, from_now, strict=True):
+        job.created_at = now
+        if run_at_from_now:
+            job.run_at += shift
+        if scheduled_for_from_now:
+            job.scheduled_for += shift
+    return now
 
 
 def _resolve_task(task: TaskSpec | str) -> TaskSpec:

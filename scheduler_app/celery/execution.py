@@ -18,7 +18,6 @@ from collections.abc import Iterator
 
 from django.db import DatabaseError, close_old_connections, connection
 
-from scheduler_app import clock
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
 from scheduler_app.db import backend, write_across_reconnects
 from scheduler_app.exceptions import UnknownTask
@@ -47,13 +46,10 @@ def start(
     deliveries of one message, only the first matches. None: the token is
     spent (a duplicate delivery), or the job was handed back or rescued.
     """
-    now = clock.now()
-    row = backend().start_job(
-        job_id=job_id, token=lease_token, worker=worker_id, now=now, lease=lease
-    )
+    row = backend().start_job(job_id=job_id, token=lease_token, worker=worker_id, lease=lease)
     if row is None:
         return None
-    return ClaimedJob.from_row(row[:-1], started_at=now), row[-1]
+    return ClaimedJob.from_row(row[:-1]), row[-1]
 
 
 def run_published(job_id: int, lease_token: int, *, worker_id: str, lease: dt.timedelta) -> str:

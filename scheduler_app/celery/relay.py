@@ -17,7 +17,6 @@ from typing import Any
 from celery import Celery
 from django.db import transaction
 
-from scheduler_app import clock
 from scheduler_app.celery.publishing import ask_for_confirms, publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job
@@ -86,7 +85,6 @@ class Relay(Worker):
 
     def _claim(self, limit: int) -> int:
         """Claim up to ``limit`` jobs, each queue up to its in-flight cap, and publish them."""
-        now = clock.now()
         claimed: list[tuple[str, ClaimedJob]] = []
         paused_tasks = sorted(self._paused.tasks)
         for queue in self._claimable_queues():
@@ -98,12 +96,11 @@ class Relay(Worker):
                     worker=self.id,
                     queues=[queue],
                     limit=room,
-                    now=now,
                     lease=self.options.lease,
                     paused_tasks=paused_tasks,
                 )
             )
-            claimed += [(queue, ClaimedJob.from_row(row, started_at=now)) for row in rows or ()]
+            claimed += [(queue, ClaimedJob.from_row(row)) for row in rows or ()]
         if not claimed:
             return 0
         self._counts["claimed"] += len(claimed)

@@ -113,15 +113,18 @@ WITH due AS MATERIALIZED (
 UPDATE {JOB} AS j
 SET status = 'running', worker_id = %(worker)s,
     lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s,
-    started_at = %(started)s, attempts = j.attempts + 1, lease_token = j.lease_token + 1
+    started_at = {NOW.format(frozen="%(frozen)s")}, attempts = j.attempts + 1,
+    lease_token = j.lease_token + 1
 FROM due
 WHERE j.id = due.id
 RETURNING j.id, j.task_name, j.payload::text, j.payload_version, j.attempts, j.max_attempts,
-          j.scheduled_for, j.run_at, j.unique_key, j.lease_token, j.retry_later_deadline
+          j.scheduled_for, j.run_at, j.unique_key, j.lease_token, j.retry_later_deadline,
+          j.started_at
 """
 """Claim up to `limit` due jobs. SKIP LOCKED so a slow claimer never blocks the
-others, and a row a cancel holds is skipped, not waited for. Due and lease
-times are the database's clock; started_at is the worker's (for lateness).
+others, and a row a cancel holds is skipped, not waited for. Due, lease and start
+times are the database's clock; the worker measures its job's times from the
+started_at returned (see worker.execution.ClaimedJob.now).
 
 The locking query is a MATERIALIZED CTE, run once. As a subquery in FROM, with the
 statistics of an emptied table the planner put it inside a nested loop and ran it
@@ -204,21 +207,18 @@ def claim_jobs(
     worker: str,
     queues: Sequence[str],
     limit: int,
-    now: dt.datetime,
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
 ) -> list[tuple]:
     """Claim up to ``limit`` due jobs for ``worker``; return their rows (see CLAIM).
 
-    ``now`` (the worker's clock) is recorded as started_at; the lease runs
-    ``lease`` from the database's clock.
+    The lease runs ``lease`` from the database's clock.
     """
     return finish_and_claim(
         [],
         worker=worker,
         queues=queues,
         limit=limit,
-        now=now,
         lease=lease,
         paused_tasks=paused_tasks,
     )[1]
@@ -228,7 +228,6 @@ def _claim_params(
     worker: str,
     queues: Sequence[str],
     limit: int,
-    now: dt.datetime,
     lease: dt.timedelta,
     paused_tasks: Sequence[str],
 ) -> dict:
@@ -236,7 +235,6 @@ def _claim_params(
         "worker": worker,
         "queues": list(queues),
         "limit": Int4(limit),  # one type whatever the value, so one prepared statement
-        "started": now,
         "frozen": clock.frozen_at(),
         "lease": lease,
         "paused_tasks": list(paused_tasks),
@@ -307,7 +305,6 @@ def finish_and_claim(
     worker: str,
     queues: Sequence[str],
     limit: int,
-    now: dt.datetime,
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
 ) -> tuple[set[tuple[int, int]], list[tuple]]:
@@ -330,7 +327,7 @@ def finish_and_claim(
     """
     raw = prepare_when_asked()
     finish = _finish_params(rows, worker) if rows else None
-    claim = _claim_params(worker, queues, limit, now, lease, paused_tasks)
+    claim = _claim_params(worker, queues, limit, lease, paused_tasks)
     return prepared_again(lambda: _finish_and_claim(raw, finish, claim))
 
 
@@ -814,20 +811,20 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
 
 START = f"""
 UPDATE {JOB}
-SET lease_token = lease_token + 1, worker_id = %(worker)s, started_at = %(started)s,
+SET lease_token = lease_token + 1, worker_id = %(worker)s,
+    started_at = {NOW.format(frozen="%(frozen)s")},
     lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s
 WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
 RETURNING id, task_name, payload::text, payload_version, attempts, max_attempts,
-          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, queue
+          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, started_at,
+          queue
 """
 """Take a claimed job over under its lease token, moving the token on (the Celery
 executor's published -> started): of two deliveries of one message only one matches.
 Returns CLAIM's columns and the queue."""
 
 
-def start_job(
-    *, job_id: int, token: int, worker: str, now: dt.datetime, lease: dt.timedelta
-) -> tuple | None:
+def start_job(*, job_id: int, token: int, worker: str, lease: dt.timedelta) -> tuple | None:
     """Start the claimed job ``job_id`` if ``token`` is still its lease token (see START)."""
     with bound_cursor() as cursor:
         cursor.execute(
@@ -836,7 +833,6 @@ def start_job(
                 "id": job_id,
                 "token": token,
                 "worker": worker,
-                "started": now,
                 "frozen": clock.frozen_at(),
                 "lease": lease,
             },

@@ -31,7 +31,7 @@ WHERE id IN (
     LIMIT %s
 )
 RETURNING id, task_name, payload, payload_version, attempts, max_attempts,
-          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline
+          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, started_at
 """
 """Claim up to `limit` due jobs in one write statement."""
 
@@ -72,14 +72,11 @@ def claim_jobs(
     worker: str,
     queues: Sequence[str],
     limit: int,
-    now: dt.datetime,
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
 ) -> list[tuple]:
-    """Claim up to ``limit`` due jobs for ``worker``; return their rows.
-
-    ``now`` is the host's clock, which on SQLite is the database's (see now_sql).
-    """
+    """Claim up to ``limit`` due jobs for ``worker``; return their rows."""
+    now = read_now()
     ops = connection.ops
     sql = CLAIM.replace("{queues}", ", ".join(["%s"] * len(queues))).replace(
         "{paused_tasks}",
@@ -165,7 +162,6 @@ def finish_and_claim(
     worker: str,
     queues: Sequence[str],
     limit: int,
-    now: dt.datetime,
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
 ) -> tuple[set[tuple[int, int]], list[tuple]]:
@@ -176,7 +172,6 @@ def finish_and_claim(
             worker=worker,
             queues=queues,
             limit=limit,
-            now=now,
             lease=lease,
             paused_tasks=paused_tasks,
         )
@@ -202,6 +197,7 @@ def _convert(row: tuple) -> tuple:
         unique_key,
         token,
         deadline,
+        started_at,
     ) = row
     return (
         job_id,
@@ -215,6 +211,7 @@ def _convert(row: tuple) -> tuple:
         unique_key,
         token,
         parse(deadline),
+        parse(started_at),
     )
 
 
@@ -404,15 +401,15 @@ UPDATE {JOB}
 SET lease_token = lease_token + 1, worker_id = %s, started_at = %s, lease_expires_at = %s
 WHERE id = %s AND lease_token = %s AND status = 'running'
 RETURNING id, task_name, payload, payload_version, attempts, max_attempts,
-          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, queue
+          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, started_at,
+          queue
 """
 """Take a claimed job over under its lease token (see postgresql.START)."""
 
 
-def start_job(
-    *, job_id: int, token: int, worker: str, now: dt.datetime, lease: dt.timedelta
-) -> tuple | None:
+def start_job(*, job_id: int, token: int, worker: str, lease: dt.timedelta) -> tuple | None:
     """Start the claimed job ``job_id`` if ``token`` is still its lease token (see START)."""
+    now = read_now()
     adapt = connection.ops.adapt_datetimefield_value
     with connection.cursor() as cursor:
         cursor.execute(START, [worker, adapt(now), adapt(now + lease), job_id, token])

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 from prometheus_client.core import GaugeHistogramMetricFamily, GaugeMetricFamily, Metric
 
-from scheduler_app import clock, stats
+from scheduler_app import stats
 from scheduler_app.conf import app_settings
+from scheduler_app.db import database_now
 from scheduler_app.models import Alert
 
 
@@ -16,7 +17,8 @@ class DatabaseCollector:
     """A prometheus_client collector: every collect() reads the numbers afresh."""
 
     def collect(self) -> Iterator[Metric]:
-        now = clock.now()
+        # The database's clock, which run times and started_at are written from.
+        now = database_now()
         yield from queue_metrics(now)
         since = now - dt.timedelta(seconds=app_settings.METRICS_WINDOW)
         yield from run_metrics(stats.recent_runs(since, now))

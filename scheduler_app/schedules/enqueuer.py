@@ -17,9 +17,9 @@ import logging
 
 from django.db import InterfaceError, OperationalError, connection, transaction
 
-from scheduler_app import clock
-from scheduler_app.db import in_lists
-from scheduler_app.exceptions import SchedulerError, describe
+from scheduler_app.conf import app_settings
+from scheduler_app.db import database_now, in_lists
+from scheduler_app.exceptions import SchedulerError, UnknownQueue, UnknownTask, describe
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
 from scheduler_app.models.jobs import OCCURRENCE_KEY_PREFIX
 from scheduler_app.schedules.policy import decide
@@ -34,8 +34,11 @@ MAX_OCCURRENCES_PER_TICK = 1000
 
 
 def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
-    """Enqueue the due occurrences of every enabled schedule; return how many jobs."""
-    now = now or clock.now()
+    """Enqueue the due occurrences of every enabled schedule; return how many jobs.
+
+    ``now``: the database's clock by default, which claims compare run times with.
+    """
+    now = now or database_now()
     enqueued = 0
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -48,6 +51,8 @@ def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
             try:
                 with transaction.atomic():
                     enqueued += _tick(schedule, now, busy)
+            except (UnknownTask, UnknownQueue) as exc:
+                _leave_for_a_worker_that_knows(schedule, now, exc)
             except SchedulerError as exc:
                 logger.error("schedule cannot enqueue schedule=%s error=%s", schedule.name, exc)
                 _record_error(schedule, now, str(exc))
@@ -247,6 +252,31 @@ def _last_end(schedule: Schedule) -> dt.datetime | None:
         .order_by("-finished_at")
         .values_list("finished_at", flat=True)
         .first()
+    )
+
+
+def _leave_for_a_worker_that_knows(
+    schedule: Schedule, now: dt.datetime, exc: UnknownTask | UnknownQueue
+) -> None:
+    """Leave the due occurrence for a worker that knows the schedule's task and queue.
+
+    During a rolling deploy an older worker may tick a schedule of the newer release: the
+    cursor stays where it is, so a newer worker enqueues the occurrence (once, with its
+    task's options). As for a job of an unknown task, only after UNKNOWN_TASK_GRACE is
+    it recorded as an error and passed.
+    """
+    schedule.refresh_from_db(fields=["next_run_at", "updated_at"])  # rolled back
+    grace = dt.timedelta(seconds=app_settings.UNKNOWN_TASK_GRACE)
+    grace_ends = (schedule.next_run_at or schedule.updated_at) + grace
+    if now >= grace_ends:
+        logger.error("schedule cannot enqueue schedule=%s error=%s", schedule.name, exc)
+        _record_error(schedule, now, str(exc))
+        return
+    logger.warning(
+        "occurrence left for a worker that knows its task schedule=%s error=%s grace_ends=%s",
+        schedule.name,
+        exc,
+        grace_ends.isoformat(),
     )
 
 

@@ -57,10 +57,14 @@ class ClaimedJob:
     unique_key: str | None
     lease_token: int
     retry_later_deadline: dt.datetime | None
+    #: When the claim started it, by the database's clock.
     started_at: dt.datetime
+    #: How far the database's clock was ahead of this host's at the claim.
+    clock_offset: dt.timedelta
 
     @classmethod
-    def from_row(cls, row: tuple, *, started_at: dt.datetime) -> ClaimedJob:
+    def from_row(cls, row: tuple) -> ClaimedJob:
+        """Return the job of a row that a claim (or start) statement just returned."""
         (
             job_id,
             task_name,
@@ -73,6 +77,7 @@ class ClaimedJob:
             unique_key,
             token,
             deadline,
+            started_at,
         ) = row
         return cls(
             id=job_id,
@@ -87,7 +92,18 @@ class ClaimedJob:
             lease_token=token,
             retry_later_deadline=deadline,
             started_at=started_at,
+            # A row the Celery relay published and no worker started has no start yet.
+            clock_offset=dt.timedelta(0) if started_at is None else started_at - clock.now(),
         )
+
+    def now(self) -> dt.datetime:
+        """Return the database's clock: as the claim read it, moved on by this host's since.
+
+        What this attempt writes for other hosts to compare (retry and hold times, when it
+        finished) is measured from it, so a host whose clock is off neither retries early
+        nor holds a job in the past.
+        """
+        return clock.now() + self.clock_offset
 
     @property
     def fence(self) -> tuple[int, int]:
@@ -205,7 +221,7 @@ def execute(job: ClaimedJob, should_stop: Callable[[], bool] | None = None) -> F
         job=job,
         status=Status.SUCCEEDED,
         outcome=Outcome.SUCCEEDED,
-        finished_at=clock.now(),
+        finished_at=job.now(),
         result=_as_json(job, value),
         cursors=proposals,
     )
@@ -220,7 +236,7 @@ def fail(
     with_traceback: bool = True,
 ) -> Finish:
     """Return the Finish for a failed attempt: a retry with backoff, or failed for good."""
-    now = clock.now()
+    now = job.now()
     error = describe(exc)
     if with_traceback:
         error += "\n\n" + "".join(traceback.format_exception(exc)).rstrip()
@@ -269,7 +285,7 @@ def hand_back(job: ClaimedJob, reason: str) -> Finish:
         job=job,
         status=Status.PENDING,
         outcome=Outcome.INTERRUPTED,
-        finished_at=clock.now(),
+        finished_at=job.now(),
         refund=1,
         error=reason,
     )
@@ -282,7 +298,7 @@ def _unknown_task(job: ClaimedJob, exc: UnknownTask) -> Finish:
     grace runs from ``scheduled_for``, which hand-backs do not move, so it
     ends the same however often the job comes back.
     """
-    now = clock.now()
+    now = job.now()
     grace = app_settings.UNKNOWN_TASK_GRACE
     grace_ends = job.scheduled_for + dt.timedelta(seconds=grace)
     if now >= grace_ends:
@@ -310,7 +326,7 @@ def _unknown_task(job: ClaimedJob, exc: UnknownTask) -> Finish:
 
 
 def _retry_later(job: ClaimedJob, spec: TaskSpec, exc: RetryLater) -> Finish:
-    now = clock.now()
+    now = job.now()
     deadline = job.retry_later_deadline or now + spec.retry.retry_later_budget
     run_at = now + exc.delay
     if run_at > deadline:

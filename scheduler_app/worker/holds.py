@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from functools import reduce
 from operator import or_
 
-from django.db.models import Q
+from django.db.models import Q, Value
 from django.db.models.functions import Greatest
 
 from scheduler_app.db import DatabaseNow
@@ -36,5 +36,10 @@ def extend(held: Iterable[tuple[int, int]], lease: dt.timedelta) -> int:
 
 
 def release(job_id: int, token: int, run_at: dt.datetime) -> bool:
-    """End a hold: the job becomes due at ``run_at``; False if it was claimed or cancelled."""
-    return bool(Job.objects.pending().filter(pk=job_id, lease_token=token).update(run_at=run_at))
+    """End a hold: the job becomes due at ``run_at``, or now by the database's clock if that
+    has passed; False if it was claimed or cancelled."""
+    return bool(
+        Job.objects.pending()
+        .filter(pk=job_id, lease_token=token)
+        .update(run_at=Greatest(Value(run_at), DatabaseNow()))
+    )

@@ -33,6 +33,7 @@ CLAIMED_COLUMNS = (
     "unique_key",
     "lease_token",
     "retry_later_deadline",
+    "started_at",
 )
 
 

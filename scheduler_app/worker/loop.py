@@ -30,7 +30,7 @@ from typing import TypeVar
 from django.db import DatabaseError, connection
 from django.db.models import F
 
-from scheduler_app import clock, workers
+from scheduler_app import workers
 from scheduler_app.alerts.evaluator import evaluate_quietly
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
 from scheduler_app.db import DatabaseNow, backend
@@ -274,8 +274,7 @@ class Worker:
             # Cursor proposals are saved with their outcomes (outcomes.finish_jobs).
             self._flush()
             return self._claim(limit)
-        now = clock.now()
-        arguments = self._claim_arguments(queues, limit, now)
+        arguments = self._claim_arguments(queues, limit)
         try:
             result = self._with_db(
                 lambda: backend().finish_and_claim([f.as_row() for f in finishes], **arguments)
@@ -292,7 +291,7 @@ class Worker:
         accepted, rows = result
         self._unflushed = []
         self._settle(finishes, accepted)
-        return self._took(rows, now)
+        return self._took(rows)
 
     def _wait(self, timeout: float) -> None:
         """Sleep until woken or ``timeout``; once woken by a finished job, gather a batch."""
@@ -320,26 +319,24 @@ class Worker:
         queues = self._claimable_queues()
         if not queues:
             return 0
-        now = clock.now()
-        arguments = self._claim_arguments(queues, limit, now)
+        arguments = self._claim_arguments(queues, limit)
         rows = self._with_db(lambda: backend().claim_jobs(**arguments))
-        return self._took(rows or [], now)
+        return self._took(rows or [])
 
-    def _claim_arguments(self, queues: list[str], limit: int, now: dt.datetime) -> dict:
+    def _claim_arguments(self, queues: list[str], limit: int) -> dict:
         """Return the keyword arguments of backend().claim_jobs() for this worker."""
         return {
             "worker": self.id,
             "queues": queues,
             "limit": limit,
-            "now": now,
             "lease": self.options.lease,
             "paused_tasks": sorted(self._paused.tasks),
         }
 
-    def _took(self, rows: list[tuple], now: dt.datetime) -> int:
-        """Start the jobs a claim at ``now`` returned; return how many."""
+    def _took(self, rows: list[tuple]) -> int:
+        """Start the jobs a claim returned; return how many."""
         for row in rows:
-            self._take(ClaimedJob.from_row(row, started_at=now))
+            self._take(ClaimedJob.from_row(row))
         self._counts["claimed"] += len(rows)
         jobs_claimed.send(sender=Worker, worker_id=self.id, count=len(rows))
         return len(rows)
@@ -390,9 +387,8 @@ class Worker:
         self._connection_lost = False  # set again if this look loses the connection too
         known = set(self._running) | {finish.job.id for finish in self._unflushed}
         rows = self._with_db(lambda: leases.claims_of(self.id))
-        now = clock.now()
         for row in rows or ():
-            job = ClaimedJob.from_row(row, started_at=now)
+            job = ClaimedJob.from_row(row)
             if job.id in known:
                 continue
             logger.warning(
@@ -684,7 +680,7 @@ class Worker:
             running.held = finish.job
             running.retry_at = finish.run_at or finish.finished_at
             finish = dataclasses.replace(
-                finish, run_at=max(running.retry_at, clock.now() + self.options.lease)
+                finish, run_at=max(running.retry_at, finish.job.now() + self.options.lease)
             )
         self._unflushed.append(finish)
 
@@ -700,9 +696,7 @@ class Worker:
         )
         held, retry_at = running.held, running.retry_at
         if held is not None and retry_at is not None:
-            self._with_db(
-                lambda: holds.release(held.id, held.lease_token, max(retry_at, clock.now()))
-            )
+            self._with_db(lambda: holds.release(held.id, held.lease_token, retry_at))
 
     def _timeout_failure(self, job: ClaimedJob, *, abandoned: bool = False) -> Finish:
         grace = self.options.timeout_grace if abandoned else None

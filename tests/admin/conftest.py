@@ -158,7 +158,6 @@ def make_job(db) -> Callable[..., Job]:
                 worker="test-worker",
                 queues=[job.queue],
                 limit=1,
-                now=now,
                 lease=dt.timedelta(seconds=60),
             )
             assert [row[0] for row in rows] == [job.pk]

@@ -22,9 +22,7 @@ def claim(job: Job, *, at: dt.datetime) -> None:
     """Claim ``job`` as a worker does, making it due first; it is then running."""
     Job.objects.filter(pk=job.pk).update(run_at=at - SECOND)
     with frozen_clock(at):  # the claim compares due times with the database's clock
-        rows = backend().claim_jobs(
-            worker="w", queues=["default"], limit=1, now=at, lease=30 * SECOND
-        )
+        rows = backend().claim_jobs(worker="w", queues=["default"], limit=1, lease=30 * SECOND)
     assert [row[0] for row in rows] == [job.pk]
 
 

@@ -88,12 +88,10 @@ def test_concurrent_undos_and_a_claim_have_one_outcome_and_consistent_responses(
 
     def claim(job_id: int) -> list[int]:
         time.sleep(random.uniform(0, jitter["max"]))
-        now = clock.now()
         rows = backend().claim_jobs(
             worker="racer",
             queues=["default"],
             limit=1,
-            now=now,
             lease=dt.timedelta(seconds=60),
         )
         return [row[0] for row in rows]

@@ -39,12 +39,11 @@ def all_finished() -> bool:
 
 def claim_as(worker: str, job: Job) -> ClaimedJob:
     """Claim ``job`` as a relay named ``worker`` would (the same claim statement)."""
-    now = clock.now()
     rows = backend().claim_jobs(
-        worker=worker, queues=[job.queue], limit=1, now=now, lease=dt.timedelta(seconds=30)
+        worker=worker, queues=[job.queue], limit=1, lease=dt.timedelta(seconds=30)
     )
     assert [row[0] for row in rows] == [job.pk]
-    return ClaimedJob.from_row(rows[0], started_at=now)
+    return ClaimedJob.from_row(rows[0])
 
 
 def test_jobs_drain_exactly_once(broker, relay, celery_worker):

@@ -14,7 +14,7 @@ import threading
 import pytest
 from django.db import connection
 
-from scheduler_app import CancelOutcome, cancel, clock, schedule, task
+from scheduler_app import CancelOutcome, cancel, schedule, task
 from scheduler_app.db import backend
 from scheduler_app.models import Job
 
@@ -30,8 +30,7 @@ def race_target(ctx):
 
 
 def claim():
-    now = clock.now()
-    return backend().claim_jobs(worker="w", queues=["default"], limit=1, now=now, lease=LEASE)
+    return backend().claim_jobs(worker="w", queues=["default"], limit=1, lease=LEASE)
 
 
 class Contender(threading.Thread):

@@ -34,9 +34,8 @@ def cancellable_broken(ctx):
 
 def claim_one(worker="w"):
     """Claim the one due job the way a worker does; return its ClaimedJob."""
-    now = clock.now()
-    [row] = backend().claim_jobs(worker=worker, queues=["default"], limit=1, now=now, lease=LEASE)
-    return ClaimedJob.from_row(row, started_at=now)
+    [row] = backend().claim_jobs(worker=worker, queues=["default"], limit=1, lease=LEASE)
+    return ClaimedJob.from_row(row)
 
 
 @pytest.fixture

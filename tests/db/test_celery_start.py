@@ -8,7 +8,6 @@ import psycopg
 import pytest
 from django.db import connection
 
-from scheduler_app import clock
 from scheduler_app.celery.execution import renewing, run_published, start
 from scheduler_app.db import backend
 from scheduler_app.models import Job
@@ -25,9 +24,8 @@ LEASE = dt.timedelta(seconds=30)
 
 def publish(job: Job) -> ClaimedJob:
     """Claim ``job`` as the relay does before publishing it."""
-    now = clock.now()
-    (row,) = backend().claim_jobs(worker="relay", queues=[job.queue], limit=1, now=now, lease=LEASE)
-    return ClaimedJob.from_row(row, started_at=now)
+    (row,) = backend().claim_jobs(worker="relay", queues=[job.queue], limit=1, lease=LEASE)
+    return ClaimedJob.from_row(row)
 
 
 def test_start_consumes_the_token_so_a_second_delivery_is_refused():

@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 from django.db import connection
 
-from scheduler_app import clock, schedule_many
+from scheduler_app import schedule_many
 from scheduler_app.db import backend
 from scheduler_app.models import Job
 
@@ -31,8 +31,6 @@ def test_a_job_claim_takes_at_most_its_limit_with_the_statistics_of_an_empty_tab
     schedule_many("tests.record", [{}] * 5)
 
     for _ in range(6):  # custom plans, then the generic one
-        rows = backend().claim_jobs(
-            worker="w", queues=["default"], limit=2, now=clock.now(), lease=dt.timedelta(30)
-        )
+        rows = backend().claim_jobs(worker="w", queues=["default"], limit=2, lease=dt.timedelta(30))
         assert len(rows) <= 2
         Job.objects.filter(status=Job.Status.RUNNING).update(status=Job.Status.PENDING)

@@ -38,8 +38,8 @@ def running_job(*, lease_expires_at, worker_id="other-host:1:abc"):
     )
 
 
-def claim(now):
-    rows = backend().claim_jobs(worker="w", queues=["default"], limit=10, now=now, lease=LEASE)
+def claim():
+    rows = backend().claim_jobs(worker="w", queues=["default"], limit=10, lease=LEASE)
     return sorted(row[0] for row in rows)
 
 
@@ -75,7 +75,7 @@ def test_claim_under_a_frozen_clock_takes_due_jobs_and_leases_from_the_frozen_ti
     later = schedule("tests.noop", at=T0 + dt.timedelta(microseconds=1))
 
     with clock.frozen_clock(T0):
-        assert claim(T0) == [due.pk]
+        assert claim() == [due.pk]
 
     assert Job.objects.get(pk=due.pk).lease_expires_at == T0 + LEASE
     assert Job.objects.get(pk=later.pk).status == Status.PENDING
@@ -132,7 +132,7 @@ def test_host_clock_ahead_neither_claims_early_nor_rescues_a_live_lease(skewed):
     live = running_job(lease_expires_at=db_now + 5 * SECOND)
     skewed(10)
 
-    assert claim(clock.now()) == [due.pk]
+    assert claim() == [due.pk]
     assert leases.rescue_expired("ahead") == 0
 
     assert Job.objects.get(pk=not_yet.pk).status == Status.PENDING

@@ -23,9 +23,8 @@ LEASE = dt.timedelta(seconds=30)
 
 
 def claim(limit: int) -> list[ClaimedJob]:
-    now = clock.now()
-    rows = backend().claim_jobs(worker="w", queues=["default"], limit=limit, now=now, lease=LEASE)
-    return [ClaimedJob.from_row(row, started_at=now) for row in rows]
+    rows = backend().claim_jobs(worker="w", queues=["default"], limit=limit, lease=LEASE)
+    return [ClaimedJob.from_row(row) for row in rows]
 
 
 def succeeded(job: ClaimedJob) -> tuple:
@@ -51,7 +50,6 @@ def claim_arguments(limit: int) -> dict:
         "worker": "w",
         "queues": ["default"],
         "limit": limit,
-        "now": clock.now(),
         "lease": LEASE,
     }
 

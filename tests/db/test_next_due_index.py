@@ -117,7 +117,6 @@ def test_a_claim_on_a_never_analysed_table_reads_only_the_rows_it_takes(plan):
         "worker": "w",
         "queues": ["default"],
         "limit": 10,
-        "now": now,
         "lease": dt.timedelta(seconds=30),
     }
     with connection.cursor() as cursor:

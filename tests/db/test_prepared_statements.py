@@ -21,7 +21,6 @@ def claim_arguments() -> dict:
         "worker": "w",
         "queues": ["default"],
         "limit": 1,
-        "now": clock.now(),
         "lease": dt.timedelta(seconds=30),
     }
 
@@ -34,7 +33,7 @@ def test_a_refused_first_turn_does_not_leave_statements_half_prepared():
     arguments = claim_arguments()
     (row,) = pg.claim_jobs(**arguments)
     refused = Finish(
-        job=ClaimedJob.from_row(row, started_at=arguments["now"]),
+        job=ClaimedJob.from_row(row),
         status="failed",
         outcome="failed",
         finished_at=clock.now(),
@@ -58,7 +57,7 @@ def test_the_claim_loops_statements_are_planned_once_per_connection():
     arguments = claim_arguments()
     (row,) = pg.claim_jobs(**arguments)
     done = Finish(
-        job=ClaimedJob.from_row(row, started_at=arguments["now"]),
+        job=ClaimedJob.from_row(row),
         status="succeeded",
         outcome="succeeded",
         finished_at=clock.now(),

@@ -169,9 +169,9 @@ def test_a_refused_outcome_costs_only_itself(caplog):
     worker = make_worker()
     now = clock.now()
     rows = backend().claim_jobs(
-        worker=worker.id, queues=["default"], limit=2, now=now, lease=worker.options.lease
+        worker=worker.id, queues=["default"], limit=2, lease=worker.options.lease
     )
-    claimed = {row[0]: ClaimedJob.from_row(row, started_at=now) for row in rows}
+    claimed = {row[0]: ClaimedJob.from_row(row) for row in rows}
     # Built by hand: execute() would never let a NUL through.
     worker._unflushed = [
         Finish(job=claimed[good.pk], status="succeeded", outcome="succeeded", finished_at=now),
@@ -207,11 +207,10 @@ def test_a_stale_failure_flushed_with_the_current_success_is_not_reported():
     worker = make_worker()
 
     def claim_one() -> ClaimedJob:
-        now = clock.now()
         [row] = backend().claim_jobs(
-            worker=worker.id, queues=["default"], limit=1, now=now, lease=worker.options.lease
+            worker=worker.id, queues=["default"], limit=1, lease=worker.options.lease
         )
-        return ClaimedJob.from_row(row, started_at=now)
+        return ClaimedJob.from_row(row)
 
     stale = claim_one()
     Job.objects.filter(pk=job.pk).update(lease_expires_at=clock.now() - SECOND)

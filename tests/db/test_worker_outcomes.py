@@ -325,8 +325,9 @@ def test_retry_later_with_retry_after_http_date(worker):
     assert stored.status == Status.PENDING
     assert stored.attempts == 0
     assert attempt.outcome == Outcome.DEFERRED
-    # run_at is the date itself, give or take the handler's own runtime.
-    assert when <= stored.run_at <= when + SECOND
+    # run_at is the date itself, give or take the handler's own runtime and the claim's
+    # round trip (the worker measures from the database's clock as its claim read it).
+    assert when - SECOND / 10 <= stored.run_at <= when + SECOND
     assert stored.run_at - attempt.finished_at > 55 * SECOND
 
 

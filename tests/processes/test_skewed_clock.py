@@ -1,6 +1,7 @@
-"""A runworker on a host whose clock runs 10 s ahead judges leases and due times by the
-database's clock: it rescues no live job of another worker and runs no job inside its
-undo window early. (PostgreSQL: on SQLite every process shares one host clock.)"""
+"""A runworker on a host whose clock is off judges leases and due times by the database's
+clock, and writes its times from it: 10 s ahead it rescues no live job of another worker
+and runs no job inside its undo window early; 20 s behind it does not run a deferred job
+again at once. (PostgreSQL: on SQLite every process shares one host clock.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 from scheduler_app import CancelOutcome, cancel, schedule
 from scheduler_app.db import database_now
 from scheduler_app.models import Job, JobAttempt
-from tests.helpers import wait_for_status
+from tests.helpers import wait_for_status, wait_until
+from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
 
@@ -57,3 +59,21 @@ def test_worker_ten_seconds_ahead_rescues_no_live_job_and_runs_nothing_inside_an
     assert Job.objects.get(pk=undoable.pk).attempts == 0
     assert cancel(undoable.pk) is CancelOutcome.CANCELLED  # the undo window is still open
     assert "lease expired" not in worker.output
+
+
+def test_worker_twenty_seconds_behind_defers_and_starts_by_the_database_clock(start_worker):
+    job = schedule("tests.record_then_retry_later", {"delay": 10})
+
+    worker = start_worker("--concurrency", "1", env={"SCHEDULER_TEST_CLOCK_SKEW": "-20"})
+    attempt = wait_until(
+        JobAttempt.objects.filter(job_id=job.pk).first, message="the first attempt recorded"
+    )
+    db_now = database_now()
+
+    stored = Job.objects.get(pk=job.pk)
+    assert (attempt.outcome, stored.status) == (JobAttempt.Outcome.DEFERRED, Status.PENDING)
+    # Ten seconds on by the database's clock, not ten seconds after a clock 20 s behind.
+    assert stored.run_at > db_now + 5 * SECOND, (stored.run_at, db_now)
+    assert abs(attempt.started_at - db_now) < 2 * SECOND, (attempt.started_at, db_now)
+    assert Run.objects.filter(job_id=job.pk).count() == 1
+    assert worker.alive(), worker.output

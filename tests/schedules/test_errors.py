@@ -1,15 +1,21 @@
 """A schedule that cannot enqueue records an 'error' occurrence and moves on.
 
 No exception escapes the scheduler, other schedules in the same tick still
-run, and the next tick does not retry the same occurrence in a loop.
+run, and the next tick does not retry the same occurrence in a loop. A task or
+queue this worker does not know may be a newer release's: that occurrence waits
+for a worker that knows it, and is recorded as an error only after
+UNKNOWN_TASK_GRACE.
 """
 
 from __future__ import annotations
+
+import datetime as dt
 
 import pytest
 from django.db.models.signals import post_init
 
 from scheduler_app.clock import frozen_clock
+from scheduler_app.conf import app_settings
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
 from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
 from tests.helpers import UnreadableError
@@ -19,18 +25,37 @@ T0 = utc(2026, 6, 1, 10, 0)
 QUARTER = 15 * MINUTE
 
 
+def grace() -> dt.timedelta:
+    return dt.timedelta(seconds=app_settings.UNKNOWN_TASK_GRACE)
+
+
 @pytest.mark.django_db
-def test_unknown_task_records_an_error_occurrence_and_moves_on():
+def test_unknown_task_waits_its_grace_then_records_an_error_occurrence_and_moves_on(caplog):
+    late = T0 + grace()
     with frozen_clock(T0) as clock:
         # Stored without validation, e.g. the task was renamed in a deploy.
         broken = Schedule.objects.create(
             name="a-broken", task_name="shop.renamed_away", cron="*/15 * * * *", next_run_at=T0
         )
-        healthy = make_schedule("b-healthy", cron="*/15 * * * *", next_run_at=T0)
+        healthy = make_schedule(
+            "b-healthy", cron="*/15 * * * *", next_run_at=late, misfire_policy="skip"
+        )
 
-        assert enqueue_due_occurrences() == 1  # the healthy one; no exception
+        # Within the grace a newer worker may know it: the occurrence is left for it.
+        clock.set(late - MINUTE)
+        assert enqueue_due_occurrences() == 0  # no exception
         broken.refresh_from_db()
-        assert broken.next_run_at == T0 + QUARTER
+        assert broken.next_run_at == T0
+        assert not ScheduleOccurrence.objects.filter(schedule=broken).exists()
+        assert (
+            "occurrence left for a worker that knows its task schedule=a-broken error=No task "
+            "is registered as 'shop.renamed_away'. grace_ends=%s" % late.isoformat()
+        ) in caplog.messages
+
+        clock.set(late)
+        assert enqueue_due_occurrences() == 1  # the healthy one
+        broken.refresh_from_db()
+        assert broken.next_run_at == late + QUARTER
         error = ScheduleOccurrence.objects.get(schedule=broken)
         assert (error.occurrence_at, error.outcome, error.job) == (T0, Outcome.ERROR, None)
         assert error.detail == "No task is registered as 'shop.renamed_away'."
@@ -41,20 +66,25 @@ def test_unknown_task_records_an_error_occurrence_and_moves_on():
         assert enqueue_due_occurrences() == 0
         assert ScheduleOccurrence.objects.filter(schedule=broken).count() == 1
 
-        # The next occurrence is tried (and recorded) once, like any other.
+        # The next occurrence waits its own grace, then is recorded once, like any other.
         finish_all(clock.advance(QUARTER - MINUTE))
         assert enqueue_due_occurrences() == 1
-    assert outcome_times(broken, Outcome.ERROR) == [T0, T0 + QUARTER]
-    assert outcome_times(healthy, Outcome.ENQUEUED) == [T0, T0 + QUARTER]
+        clock.advance(grace())
+        enqueue_due_occurrences()
+    assert outcome_times(broken, Outcome.ERROR) == [T0, late + QUARTER]
+    assert outcome_times(healthy, Outcome.ENQUEUED)[:2] == [late, late + QUARTER]
     assert not Job.objects.filter(task_name="shop.renamed_away").exists()
 
 
 @pytest.mark.django_db
-def test_unknown_queue_in_a_stored_schedule_is_recorded_as_an_error():
-    with frozen_clock(T0):
+def test_unknown_queue_in_a_stored_schedule_is_recorded_as_an_error_after_the_grace():
+    with frozen_clock(T0) as clock:
         schedule = Schedule.objects.create(
             name="wrong-queue", task_name="tests.schedules.tick", queue="nope", cron="*/15 * * * *"
         )
+        assert enqueue_due_occurrences() == 0
+        assert not ScheduleOccurrence.objects.filter(schedule=schedule).exists()
+        clock.advance(grace())
         assert enqueue_due_occurrences() == 0
     error = ScheduleOccurrence.objects.get(schedule=schedule)
     assert error.outcome == Outcome.ERROR
@@ -62,7 +92,7 @@ def test_unknown_queue_in_a_stored_schedule_is_recorded_as_an_error():
         "Item 0: Unknown queue 'nope'; SCHEDULER_APP['QUEUES'] lists: default, emails, slow."
     )
     schedule.refresh_from_db()
-    assert schedule.next_run_at == T0 + QUARTER
+    assert schedule.next_run_at == T0 + grace() + QUARTER
 
 
 @pytest.mark.django_db

@@ -14,7 +14,6 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from scheduler_app import clock
 from scheduler_app.cancellation import CancelOutcome, cancel
 from scheduler_app.checks import check_tasks_backends
 from scheduler_app.conf import app_settings
@@ -89,11 +88,10 @@ def test_a_result_claimed_and_handed_back_unstarted_reports_no_start(then):
     """A worker stopping before it started the job (or a Celery relay that could not
     publish it) hands it back; the claim's time is no start of the Task."""
     result = add.enqueue(1, 2)
-    now = clock.now()
     (row,) = backend().claim_jobs(
-        worker="w", queues=["default"], limit=1, now=now, lease=dt.timedelta(seconds=30)
+        worker="w", queues=["default"], limit=1, lease=dt.timedelta(seconds=30)
     )
-    job = ClaimedJob.from_row(row, started_at=now)
+    job = ClaimedJob.from_row(row)
     assert record_one(hand_back(job, "Worker w stopped before starting it."), worker="w")
     if then == "cancelled":
         assert cancel(int(result.id)) == CancelOutcome.CANCELLED

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.utils import timezone
 
-from scheduler_app import RetryPolicy, task
+from scheduler_app import RetryLater, RetryPolicy, task
 from tests.testapp.models import Run
 
 #: Retries within a fraction of a second, so tests that provoke failures stay fast.
@@ -89,3 +89,10 @@ def loses_its_connection(job):
     ) as other:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
     return "done"
+
+
+@task(name="tests.record_then_retry_later")
+def record_then_retry_later(job):
+    """Record this run, then ask to run again ``payload["delay"]`` seconds later."""
+    record(job)
+    raise RetryLater(job.payload["delay"])
