@@ -8,10 +8,10 @@ import psycopg
 import pytest
 from django.db import connection
 
-from scheduler_app import clock, schedule
+from scheduler_app import controls, schedule
 from scheduler_app.db import backend
-from scheduler_app.models import Job, JobAttempt
-from tests.helpers import database_url, running_worker, wait_for_status
+from scheduler_app.models import Job, JobAttempt, WorkerHeartbeat
+from tests.helpers import database_url, running_worker, wait_for_status, wait_until
 from tests.testapp.models import Run
 
 pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
@@ -23,12 +23,19 @@ def test_a_job_claimed_by_a_lost_reply_runs_on_its_only_attempt():
     runs it, instead of leaving it to a rescue that charges the attempt (and fails a
     max_attempts=1 job that never ran)."""
     job = schedule("tests.record", {}, max_attempts=1)
+    # The worker must not claim it itself: this test claims it in its name.
+    controls.pause("task", "tests.record", reason="the test claims it")
     with running_worker(worker_id="w-lost", lease_seconds=10) as worker:
+        # The worker is up, its connection open: the kill below must find it (a connection
+        # opened after the kill would see no error, and the worker nothing to reconcile).
+        wait_until(
+            lambda: WorkerHeartbeat.objects.filter(worker_id="w-lost").exists(),
+            message="the worker to start",
+        )
         # What the lost reply leaves: the job claimed under the worker's id, unknown to it.
         (claimed,) = backend().claim_jobs(
-            worker=worker.id, queues=["default"], limit=1, now=clock.now(),
-            lease=dt.timedelta(seconds=10),
-        )  # fmt: skip
+            worker=worker.id, queues=["default"], limit=1, lease=dt.timedelta(seconds=10)
+        )
         base = database_url().rsplit("/", 1)[0].replace("postgres://", "postgresql://")
         with psycopg.connect(base + "/postgres", autocommit=True) as admin:
             admin.execute(
@@ -36,7 +43,9 @@ def test_a_job_claimed_by_a_lost_reply_runs_on_its_only_attempt():
                 "WHERE datname = %s AND pid <> %s",
                 [connection.settings_dict["NAME"], connection.connection.info.backend_pid],
             )
-        stored = wait_for_status(job, Job.Status.SUCCEEDED, timeout=8)
+        wait_for_status(job, Job.Status.PENDING, timeout=8)  # handed back, refunded
+        controls.resume("task", "tests.record")
+        stored = wait_for_status(job, Job.Status.SUCCEEDED, timeout=15)
 
     assert (stored.attempts, stored.worker_id) == (1, "w-lost")
     assert list(Run.objects.filter(job_id=job.pk).values_list("attempt", flat=True)) == [1]
