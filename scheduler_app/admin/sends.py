@@ -77,9 +77,27 @@ STATE_FIELDS = [
 PAGE_ACTIONS = ("pause", "resume", "cancel")
 
 
+#: The template fields: stored as typed (no stripping), with LF line endings.
+TEMPLATE_FIELDS = ("subject_template", "text_template", "html_template")
+
+
 class SendBatchForm(forms.ModelForm):
     """Blank JSON fields mean "none" (the columns are NOT NULL); parameters are an object;
-    every JSON value is one the database can store."""
+    every JSON value is one the database can store. Templates keep their whitespace and
+    are stored with LF line endings, whatever the browser sent."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in TEMPLATE_FIELDS:
+            if name in self.fields:
+                self.fields[name].strip = False
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        for name in TEMPLATE_FIELDS:
+            if isinstance(cleaned.get(name), str):
+                cleaned[name] = batches.normalise_newlines(cleaned[name])
+        return cleaned
 
     def clean_audience_params(self) -> dict[str, Any]:
         value = self.cleaned_data["audience_params"]

@@ -46,13 +46,22 @@ class BatchStateError(SchedulerError):
     code = "invalid_state"
 
 
+def normalise_newlines(text: str) -> str:
+    """Return ``text`` with CRLF and CR line endings as LF (a browser's text box sends CRLF)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def fingerprint(batch: SendBatch) -> str:
-    """Return a hash of what a dry-run or seed send checked: templates and audience."""
+    """Return a hash of what a dry-run or seed send checked: templates and audience.
+
+    Line endings do not count (the sent message's are the email package's), so a
+    template saved back from a browser keeps its dry-run and seed send.
+    """
     data = json.dumps(
         [
-            batch.subject_template,
-            batch.text_template,
-            batch.html_template,
+            normalise_newlines(batch.subject_template),
+            normalise_newlines(batch.text_template),
+            normalise_newlines(batch.html_template),
             batch.audience,
             batch.audience_params,
         ],
