@@ -45,25 +45,7 @@ from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 from scheduler_app.sends.dry_run import dry_run
 
 Status = SendBatch.Status
-DRAFT_FIELDS = [
-    "name",
-    "subject_template",
-    "text_template",
-    "html_template",
-    "audience",
-    "audience_params",
-    "expected_max_audience",
-    "seed_list",
-    "seed_context",
-    "scheduled_at",
-    "timezone",
-    "local_delivery_time",
-    "undo_window",
-    "provider",
-    "rate_limit_key",
-    "breaker_window",
-    "breaker_threshold",
-]
+DRAFT_FIELDS = list(batches.DRAFT_FIELDS)
 #: Shown below the draft fields on an existing batch (read-only).
 STATE_FIELDS = [
     "status",
@@ -313,6 +295,11 @@ class SendBatchAdmin(SchedulerModelAdmin):
             path("<int:pk>/report/", view(self.report_view), name="scheduler_app_sendbatch_report"),
             path("<int:pk>/undo/", view(self.undo_view), name="scheduler_app_sendbatch_undo"),
             path(
+                "<int:pk>/duplicate/",
+                view(self.duplicate_view),
+                name="scheduler_app_sendbatch_duplicate",
+            ),
+            path(
                 "<int:pk>/actions/<str:name>/",
                 view(self.page_action_view),
                 name="scheduler_app_sendbatch_page_action",
@@ -326,7 +313,11 @@ class SendBatchAdmin(SchedulerModelAdmin):
         batch = self.get_object(request, unquote(object_id))
         if batch is not None:
             allowed = self.allowed_actions(request, batch)
-            extra_context = {**(extra_context or {}), "batch_actions": allowed}
+            extra_context = {
+                **(extra_context or {}),
+                "batch_actions": allowed,
+                "can_duplicate": self.has_add_permission(request),
+            }
         return super().change_view(request, object_id, form_url, extra_context)
 
     def allowed_actions(self, request: HttpRequest, batch: SendBatch) -> list[str]:
@@ -401,7 +392,10 @@ class SendBatchAdmin(SchedulerModelAdmin):
         if outcome.cancelled:
             self.log_change(request, batch, "Undone.")
             self.message_user(
-                request, "Undone: %s will not be sent." % batch.name, messages.SUCCESS
+                request,
+                "Undone: %s will not be sent. To fix it and send it again, use Duplicate as "
+                "draft." % batch.name,
+                messages.SUCCESS,
             )
         else:
             self.message_user(
@@ -415,6 +409,22 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 messages.ERROR,
             )
         return HttpResponseRedirect(reverse("admin:scheduler_app_sendbatch_change", args=[pk]))
+
+    def duplicate_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """Copy the batch into a new draft (an undone batch is read-only) and open it."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        batch = get_object_or_404(self.get_queryset(request), pk=pk)
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        copy = batches.duplicate_batch(batch, by=request.user)
+        self.log_addition(request, copy, "Duplicated from send batch %s." % batch.pk)
+        self.message_user(
+            request,
+            "%s is a new draft: edit it, then dry-run it." % copy.name,
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(reverse("admin:scheduler_app_sendbatch_change", args=[copy.pk]))
 
     # -- actions -----------------------------------------------------------------
 

@@ -40,6 +40,28 @@ logger = logging.getLogger("scheduler_app.sends")
 Status = SendBatch.Status
 
 
+#: What an operator types into a draft; a duplicate copies these and nothing of the send.
+DRAFT_FIELDS = (
+    "name",
+    "subject_template",
+    "text_template",
+    "html_template",
+    "audience",
+    "audience_params",
+    "expected_max_audience",
+    "seed_list",
+    "seed_context",
+    "scheduled_at",
+    "timezone",
+    "local_delivery_time",
+    "undo_window",
+    "provider",
+    "rate_limit_key",
+    "breaker_window",
+    "breaker_threshold",
+)
+
+
 class BatchStateError(SchedulerError):
     """The batch is not in a state that allows this."""
 
@@ -218,6 +240,21 @@ def cancel_batch(batch_id: int, *, by: Any = None, reason: str = "") -> bool:
         _cancel_pending_lanes(batch_id, by=by, now=clock.now())
         record("batch", str(batch_id), "cancel", by=by, reason=reason)
     return changed
+
+
+def duplicate_batch(batch: SendBatch, *, by: Any = None) -> SendBatch:
+    """Return a new draft with ``batch``'s draft fields, named "<name> (copy)", owned by ``by``.
+
+    Any batch can be duplicated (an undone one is cancelled and read-only); the copy
+    starts with no dry-run, seed send or send state, so its checklist starts afresh.
+    """
+    values = {name: getattr(batch, name) for name in DRAFT_FIELDS}
+    suffix = " (copy)"
+    limit = SendBatch._meta.get_field("name").max_length - len(suffix)
+    values["name"] = batch.name[:limit] + suffix
+    copy = SendBatch.objects.create(**values, owner=as_user(by))
+    record("batch", str(copy.pk), "duplicate", by=by, reason="Copy of batch %s." % batch.pk)
+    return copy
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -3,11 +3,21 @@ uses keeps the dry-run and the seed send; an undone batch is duplicated as a new
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from scheduler_app.models import SendBatch
+from scheduler_app.sends.batches import DRAFT_FIELDS, schedule_batch
 from scheduler_app.sends.checklist import run_checklist
-from tests.admin.conftest import change, form_data, post_action
+from tests.admin.conftest import (
+    UNPREPARED,
+    change,
+    client_for,
+    form_data,
+    messages_of,
+    post_action,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -39,3 +49,60 @@ def test_saving_a_new_send_time_from_the_browser_keeps_the_dry_run_and_the_seed_
     stored = SendBatch.objects.get(pk=batch.pk)
     assert stored.text_template == "Hi {{ first_name|default:'there' }},\n\nthe spring news.\n"
     assert [item.name for item in run_checklist(stored) if not item.ok] == []
+
+
+def duplicate_url(batch) -> str:
+    return "/admin/scheduler_app/sendbatch/%s/duplicate/" % batch.pk
+
+
+def test_an_undone_batch_is_duplicated_as_a_new_draft_to_fix_and_send_again(
+    admin, superuser, make_batch, customers
+):
+    batch = make_batch(
+        undo_window=dt.timedelta(seconds=600),
+        scheduled_at=None,
+        seed_list=["seed@example.com"],
+        audience_params={"plan": "pro"},
+    )
+    batch = schedule_batch(batch, relax=(*UNPREPARED, "schedule_unambiguous"))
+    response = admin.post("/admin/scheduler_app/sendbatch/%s/undo/" % batch.pk)
+    assert messages_of(response) == [
+        (
+            "success",
+            "Undone: Spring news will not be sent. To fix it and send it again, "
+            "use Duplicate as draft.",
+        )
+    ]
+    page = admin.get(change("sendbatch", batch.pk)).content.decode()
+    assert 'action="%s"' % duplicate_url(batch) in page
+
+    response = admin.post(duplicate_url(batch))
+    copy = SendBatch.objects.exclude(pk=batch.pk).get()
+    assert response.status_code == 302
+    assert response["Location"] == change("sendbatch", copy.pk)
+    assert messages_of(response) == [
+        ("success", "Spring news (copy) is a new draft: edit it, then dry-run it.")
+    ]
+    assert (copy.name, copy.status, copy.owner) == ("Spring news (copy)", Status.DRAFT, superuser)
+    for field in DRAFT_FIELDS[1:]:
+        assert getattr(copy, field) == getattr(batch, field), field
+    assert (copy.dry_run_at, copy.seed_sent_at, copy.undo_deadline, copy.total) == (
+        None,
+        None,
+        None,
+        None,
+    )
+    assert SendBatch.objects.get(pk=batch.pk).status == Status.CANCELLED
+
+
+def test_duplicate_needs_the_add_permission_and_a_post(staff, make_batch):
+    batch = make_batch()
+    viewer = client_for(staff("viewer", "view_sendbatch", "change_sendbatch"))
+    assert (
+        'action="%s"' % duplicate_url(batch)
+        not in viewer.get(change("sendbatch", batch.pk)).content.decode()
+    )
+    assert viewer.post(duplicate_url(batch)).status_code == 403
+    adder = client_for(staff("adder", "view_sendbatch", "add_sendbatch"))
+    assert adder.get(duplicate_url(batch)).status_code == 405
+    assert SendBatch.objects.count() == 1
