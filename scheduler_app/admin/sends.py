@@ -55,8 +55,6 @@ STATE_FIELDS = [
     "checklist_display",
     "dry_run_display",
 ]
-#: The change page's buttons: each runs the list action of that name on the one batch.
-PAGE_ACTIONS = ("pause", "resume", "cancel")
 
 
 #: The template fields: stored as typed (no stripping), with LF line endings.
@@ -137,6 +135,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
         "delete_selected",
     ]
     change_form_template = "admin/scheduler_app/sendbatch_change_form.html"
+    page_actions = {"pause": "pause_action", "resume": "resume_action", "cancel": "cancel_action"}
 
     class Media:
         js = ["scheduler_app/admin.js"]
@@ -299,11 +298,6 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 view(self.duplicate_view),
                 name="scheduler_app_sendbatch_duplicate",
             ),
-            path(
-                "<int:pk>/actions/<str:name>/",
-                view(self.page_action_view),
-                name="scheduler_app_sendbatch_page_action",
-            ),
             *super().get_urls(),
         ]
 
@@ -322,23 +316,15 @@ class SendBatchAdmin(SchedulerModelAdmin):
 
     def allowed_actions(self, request: HttpRequest, batch: SendBatch) -> list[str]:
         """Return what this user can do to ``batch`` now: undo, pause, resume, cancel."""
-        permitted = self.get_actions(request)
-        possible = {
-            "undo": batch.status == Status.SCHEDULED and batch.undo_deadline is not None,
-            "pause": batch.status in states.ACTIVE,
-            "resume": batch.status == Status.PAUSED,
-            "cancel": batch.status in states.CANCELLABLE,
-        }
+        undo = batch.status == Status.SCHEDULED and batch.undo_deadline is not None
         return [
-            name
-            for name, ok in possible.items()
-            if ok
-            and (
-                "%s_action" % name in permitted
-                if name in PAGE_ACTIONS
-                else self.has_change_permission(request)
-            )
+            *(["undo"] if undo and self.has_change_permission(request) else []),
+            *self.offered_page_actions(request, batch),
         ]
+
+    def page_action_applies(self, name: str, obj: Any) -> bool:
+        allowed = {"pause": states.ACTIVE, "resume": (Status.PAUSED,), "cancel": states.CANCELLABLE}
+        return obj.status in allowed[name]
 
     def progress_view(self, request: HttpRequest, pk: int) -> JsonResponse:
         """Return the batch's progress, status, reason and allowed actions, for the live page."""
@@ -351,23 +337,6 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 "status_reason": batch.status_reason,
                 "actions": self.allowed_actions(request, batch),
             }
-        )
-
-    def page_action_view(self, request: HttpRequest, pk: int, name: str) -> HttpResponse:
-        """Run the list action ``name`` (pause, resume, cancel) on one batch, from its page."""
-        if name not in PAGE_ACTIONS:
-            raise Http404("No such action.")
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        batch = get_object_or_404(self.get_queryset(request), pk=pk)
-        action = self.get_actions(request).get("%s_action" % name)
-        if action is None:
-            raise PermissionDenied
-        # Django 6.1 returns Action objects, earlier versions (func, name, description).
-        func = action.func if hasattr(action, "func") else action[0]
-        response = func(self, request, self.get_queryset(request).filter(pk=batch.pk))
-        return response or HttpResponseRedirect(
-            reverse("admin:scheduler_app_sendbatch_change", args=[batch.pk])
         )
 
     def report_view(self, request: HttpRequest, pk: int) -> FileResponse:
