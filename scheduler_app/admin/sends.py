@@ -40,9 +40,10 @@ from scheduler_app.feedback.suppressions import batch_feedback
 from scheduler_app.models import RateLimit, Recipient, SendBatch
 from scheduler_app.scheduling import check_payload, check_undo_window
 from scheduler_app.sends import batches, states
-from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
+from scheduler_app.sends.audience import registered_audiences
+from scheduler_app.sends.checklist import CheckItem, ChecklistFailed, run_checklist
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
-from scheduler_app.sends.dry_run import dry_run
+from scheduler_app.sends.dry_run import address_problem, dry_run
 
 Status = SendBatch.Status
 DRAFT_FIELDS = list(batches.DRAFT_FIELDS)
@@ -59,12 +60,71 @@ STATE_FIELDS = [
 
 #: The template fields: stored as typed (no stripping), with LF line endings.
 TEMPLATE_FIELDS = ("subject_template", "text_template", "html_template")
+#: What each checklist item checks, for people (the item names are for code and settings).
+CHECKLIST_LABELS = {
+    "audience_within_limit": "Audience counted and within the expected maximum",
+    "dry_run_clean": "Clean dry-run of this template and audience",
+    "seed_sent": "Seed send of this template and audience",
+    "schedule_unambiguous": "Send time and time zone set",
+    "no_other_large_batch": "No other large batch close by",
+}
+
+
+def checklist_html(items: list[CheckItem]) -> str:
+    """Return the checklist as a list people read: colour, an icon and words for pass/fail."""
+    return format_html(
+        '<ul class="checklist">{}</ul>',
+        format_html_join(
+            "",
+            '<li class="{}"><span aria-hidden="true">{}</span> <b>{}:</b> {}. {}</li>',
+            (
+                (
+                    "ok" if item.ok else "failing",
+                    "✔" if item.ok else "✘",
+                    "Passed" if item.ok else "Failing",
+                    CHECKLIST_LABELS[item.name],
+                    item.detail,
+                )
+                for item in items
+            ),
+        ),
+    )
+
+
+class AddressListField(forms.CharField):
+    """A list of email addresses, typed one a line; blank lines are ignored."""
+
+    widget = forms.Textarea(attrs={"rows": 3})
+
+    def prepare_value(self, value: Any) -> Any:
+        return "\n".join(value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value)
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def validate(self, value: list[str]) -> None:
+        super().validate(value)
+        for number, address in enumerate(value, 1):
+            problem = address_problem(address)
+            if problem:
+                raise forms.ValidationError("Line %s, %s: %s" % (number, address, problem))
 
 
 class SendBatchForm(forms.ModelForm):
     """Blank JSON fields mean "none" (the columns are NOT NULL); parameters are an object;
     every JSON value is one the database can store. Templates keep their whitespace and
-    are stored with LF line endings, whatever the browser sent."""
+    are stored with LF line endings, whatever the browser sent. The audience is one of the
+    registered audiences; the seed list is typed one address a line."""
+
+    audience = forms.ChoiceField(
+        choices=lambda: [("", "---------")] + [(n, n) for n in registered_audiences()],
+        help_text="A registered audience source.",
+    )
+    seed_list = AddressListField(
+        required=False,
+        help_text="Addresses for seed sends, one a line.",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -88,12 +148,7 @@ class SendBatchForm(forms.ModelForm):
         return form_checked(check_payload, value, name="audience parameter object")
 
     def clean_seed_list(self) -> list[str]:
-        value = self.cleaned_data["seed_list"]
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-            raise forms.ValidationError("The seed list must be a JSON list of addresses.")
-        return form_checked(check_payload, value, name="seed list")
+        return form_checked(check_payload, self.cleaned_data["seed_list"], name="seed list")
 
     def clean_seed_context(self) -> dict[str, Any]:
         value = self.cleaned_data["seed_context"]
@@ -250,22 +305,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
 
     @admin.display(description="pre-flight checklist")
     def checklist_display(self, batch: SendBatch) -> str:
-        return format_html(
-            "<ul class='checklist'>{}</ul>",
-            format_html_join(
-                "",
-                "<li class='{}'>{} <b>{}</b>: {}</li>",
-                (
-                    (
-                        "ok" if item.ok else "failing",
-                        "✔" if item.ok else "✘",
-                        item.name,
-                        item.detail,
-                    )
-                    for item in run_checklist(batch)
-                ),
-            ),
-        )
+        return checklist_html(run_checklist(batch))
 
     @admin.display(description="dry-run")
     def dry_run_display(self, batch: SendBatch) -> str:
@@ -555,6 +595,16 @@ class SendBatchAdmin(SchedulerModelAdmin):
         form: forms.Form | None = None,
     ) -> HttpResponse:
         now = database_now() if checklist else None  # the clock schedule_batch() plans with
+        items = [
+            (
+                b,
+                [(item, CHECKLIST_LABELS[item.name]) for item in run_checklist(b)],
+                self._planned_start(request, b, now),
+            )
+            if checklist
+            else (b, [], None)
+            for b in queryset
+        ]
         context = {
             **self.admin_site.each_context(request),
             "title": "%s send batches" % verb,
@@ -562,12 +612,9 @@ class SendBatchAdmin(SchedulerModelAdmin):
             "verb": verb,
             "action": action,
             "queryset": queryset,
-            "items": [
-                (b, run_checklist(b), self._planned_start(request, b, now))
-                if checklist
-                else (b, [], None)
-                for b in queryset
-            ],
+            "items": items,
+            # "Yes, schedule" only once every failing item is fixed, or ticked to relax.
+            "failing": any(not item.ok for _, labelled, _ in items for item, _ in labelled),
             "can_relax": request.user.has_perm("scheduler_app.relax_checklist"),
             "form": form,
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,

@@ -106,3 +106,69 @@ def test_duplicate_needs_the_add_permission_and_a_post(staff, make_batch):
     adder = client_for(staff("adder", "view_sendbatch", "add_sendbatch"))
     assert adder.get(duplicate_url(batch)).status_code == 405
     assert SendBatch.objects.count() == 1
+
+
+def test_the_audience_is_a_choice_of_registered_audiences(admin, make_batch):
+    batch = make_batch()
+    page = admin.get(change("sendbatch", batch.pk))
+    field = page.context["adminform"].form.fields["audience"]
+    assert ("tests.customers", "tests.customers") in list(field.choices)
+    data = form_data(page)
+    data["audience"] = "tests.nobody"
+    response = admin.post(change("sendbatch", batch.pk), data)
+    assert response.context["adminform"].form.errors == {
+        "audience": ["Select a valid choice. tests.nobody is not one of the available choices."]
+    }
+    assert SendBatch.objects.get(pk=batch.pk).audience == "tests.customers"
+
+
+def test_the_seed_list_is_typed_one_address_a_line(admin, make_batch):
+    batch = make_batch(seed_list=["qa@example.com", "boss@example.com"])
+    page = admin.get(change("sendbatch", batch.pk))
+    assert ">\nqa@example.com\nboss@example.com</textarea>" in page.content.decode()
+    data = form_data(page)
+    data["seed_list"] = " qa@example.com\r\n\r\nnew@example.org \r\n"
+    assert admin.post(change("sendbatch", batch.pk), data).status_code == 302
+    assert SendBatch.objects.get(pk=batch.pk).seed_list == ["qa@example.com", "new@example.org"]
+
+    data["seed_list"] = "qa@example.com\r\nnew@\r\n"
+    response = admin.post(change("sendbatch", batch.pk), data)
+    assert response.context["adminform"].form.errors == {
+        "seed_list": ["Line 2, new@: address cannot be valid: nothing after '@'"]
+    }
+
+
+def test_the_checklist_reads_as_sentences_with_pass_and_fail_in_words(admin, make_batch):
+    batch = make_batch()
+    html = admin.get(change("sendbatch", batch.pk)).content.decode()
+    assert "dry_run_clean" not in html
+    assert (
+        '<li class="failing"><span aria-hidden="true">✘</span> <b>Failing:</b> '
+        "Clean dry-run of this template and audience. No dry-run of the current template "
+        "and audience.</li>"
+    ) in html
+    assert (
+        '<li class="ok"><span aria-hidden="true">✔</span> <b>Passed:</b> '
+        "Send time and time zone set. Send time "
+    ) in html
+
+
+def test_the_schedule_confirmation_offers_no_yes_while_an_item_fails(staff, admin, make_batch):
+    batch = make_batch()
+    sender = client_for(staff("sender", "view_sendbatch", "change_sendbatch"))
+    page = post_action(sender, "sendbatch", "schedule_action", [batch]).content.decode()
+    assert "Yes, schedule" not in page
+    assert "Fix the failing items first" in page
+    # Who may relax items gets the button, disabled until every failing one is ticked.
+    page = post_action(admin, "sendbatch", "schedule_action", [batch]).content.decode()
+    assert 'class="button default confirm-action" data-relax-all disabled>Yes, schedule' in page
+
+
+def test_the_schedule_confirmation_of_a_checked_batch_offers_yes(staff, make_batch, customers):
+    batch = make_batch(seed_list=["seed@example.com"], seed_context={"first_name": "Seed"})
+    sender = client_for(staff("sender", "view_sendbatch", "change_sendbatch"))
+    post_action(sender, "sendbatch", "dry_run_action", [batch])
+    post_action(sender, "sendbatch", "seed_send_action", [batch])
+    page = post_action(sender, "sendbatch", "schedule_action", [batch]).content.decode()
+    assert 'class="button default confirm-action">Yes, schedule</button>' in page
+    assert "Failing" not in page

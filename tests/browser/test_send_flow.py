@@ -1,5 +1,6 @@
 """The send flow in a real Chromium (#38): a checked batch saved with a new send time stays
-checked; an undone batch is duplicated as a draft; a job's page has its buttons, no Save."""
+checked; the undo countdown in minutes and seconds, and an undone batch duplicated as a draft;
+a job's page has its buttons, no Save."""
 
 from __future__ import annotations
 
@@ -50,6 +51,11 @@ def test_an_undone_batch_is_duplicated_as_a_draft_from_its_page(admin_page):
         relax=(*RELAX, "schedule_unambiguous"),
     )
     page.goto("/admin/scheduler_app/sendbatch/%s/change/" % batch.pk)
+    countdown = page.locator(".undo-box .scheduler-countdown")
+    page.wait_for_function(
+        "el => /^Undo possible for (9 min [0-5]?[0-9]|10 min 0) s$/.test(el.textContent)",
+        arg=countdown.element_handle(),
+    )
     page.get_by_role("button", name="Undo").click()
     assert "use Duplicate as draft" in message(page, "success")
     page.get_by_role("button", name="Duplicate as draft").click()
