@@ -60,6 +60,12 @@ STATE_FIELDS = [
 
 #: The template fields: stored as typed (no stripping), with LF line endings.
 TEMPLATE_FIELDS = ("subject_template", "text_template", "html_template")
+#: A draft's steps on its page, in order: page action -> button.
+FLOW_BUTTONS = {
+    "dry_run": "Dry-run",
+    "seed_send": "Seed send",
+    "schedule": "Schedule…",
+}
 #: What each checklist item checks, for people (the item names are for code and settings).
 CHECKLIST_LABELS = {
     "audience_within_limit": "Audience counted and within the expected maximum",
@@ -190,7 +196,14 @@ class SendBatchAdmin(SchedulerModelAdmin):
         "delete_selected",
     ]
     change_form_template = "admin/scheduler_app/sendbatch_change_form.html"
-    page_actions = {"pause": "pause_action", "resume": "resume_action", "cancel": "cancel_action"}
+    page_actions = {
+        "dry_run": "dry_run_action",
+        "seed_send": "seed_send_action",
+        "schedule": "schedule_action",
+        "pause": "pause_action",
+        "resume": "resume_action",
+        "cancel": "cancel_action",
+    }
 
     class Media:
         js = ["scheduler_app/admin.js"]
@@ -350,6 +363,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
             extra_context = {
                 **(extra_context or {}),
                 "batch_actions": allowed,
+                "flow": self.flow_steps(request, batch, allowed),
                 "can_duplicate": self.has_add_permission(request),
             }
         return super().change_view(request, object_id, form_url, extra_context)
@@ -363,8 +377,42 @@ class SendBatchAdmin(SchedulerModelAdmin):
         ]
 
     def page_action_applies(self, name: str, obj: Any) -> bool:
-        allowed = {"pause": states.ACTIVE, "resume": (Status.PAUSED,), "cancel": states.CANCELLABLE}
+        # A draft is edited or deleted, not cancelled: its page offers the steps to send it.
+        draft = (Status.DRAFT,)
+        allowed = {
+            "dry_run": draft,
+            "seed_send": draft,
+            "schedule": draft,
+            "pause": states.ACTIVE,
+            "resume": (Status.PAUSED,),
+            "cancel": tuple(s for s in states.CANCELLABLE if s != Status.DRAFT),
+        }
         return obj.status in allowed[name]
+
+    def flow_steps(
+        self, request: HttpRequest, batch: SendBatch, allowed: list[str]
+    ) -> list[tuple[str, str, str]]:
+        """Return the draft's steps this user may take: (page action, button, why not yet)."""
+        steps = [(name, label) for name, label in FLOW_BUTTONS.items() if name in allowed]
+        blockers = self.flow_blockers(request, batch) if steps else {}
+        return [(name, label, blockers[name]) for name, label in steps]
+
+    def flow_blockers(self, request: HttpRequest, batch: SendBatch) -> dict[str, str]:
+        """Return why each step of a draft's flow cannot be taken yet ('' when it can):
+        a seed send needs a seed list and a clean dry-run, scheduling the whole checklist
+        (or the permission to relax items, which the confirmation asks for)."""
+        checklist = run_checklist(batch)
+        failing = [CHECKLIST_LABELS[item.name] for item in checklist if not item.ok]
+        clean = next(item for item in checklist if item.name == "dry_run_clean")
+        if not batch.seed_list:
+            seed = "Add a seed list first."
+        elif not clean.ok:
+            seed = "Needs a clean dry-run of this template and audience first."
+        else:
+            seed = ""
+        relax = request.user.has_perm("scheduler_app.relax_checklist")
+        schedule = "" if not failing or relax else "Failing: %s." % "; ".join(failing)
+        return {"dry_run": "", "seed_send": seed, "schedule": schedule}
 
     def progress_view(self, request: HttpRequest, pk: int) -> JsonResponse:
         """Return the batch's progress, status, reason and allowed actions, for the live page."""

@@ -172,3 +172,60 @@ def test_the_schedule_confirmation_of_a_checked_batch_offers_yes(staff, make_bat
     page = post_action(sender, "sendbatch", "schedule_action", [batch]).content.decode()
     assert 'class="button default confirm-action">Yes, schedule</button>' in page
     assert "Failing" not in page
+
+
+def page_url(batch, name: str) -> str:
+    return "/admin/scheduler_app/sendbatch/%s/actions/%s/" % (batch.pk, name)
+
+
+def enabled_buttons(client, batch) -> dict[str, bool]:
+    """Return the flow's buttons on the batch page: name -> enabled."""
+    html = client.get(change("sendbatch", batch.pk)).content.decode()
+    found = dict.fromkeys(("dry_run", "seed_send", "schedule", "cancel"), False)
+    for name in found:
+        marker = 'data-action="%s"' % name
+        if marker in html:
+            form = html.split(marker, 1)[1].split("</form>", 1)[0]
+            found[name] = " hidden" not in form.split(">", 1)[0] and "disabled" not in form
+    return found
+
+
+def test_a_draft_page_offers_the_flow_in_order_each_step_enabled_by_its_checklist_item(
+    staff, make_batch, customers
+):
+    """For a user who may not relax checklist items (who may gets Schedule… at once)."""
+    admin = client_for(staff("sender", "view_sendbatch", "change_sendbatch"))
+    batch = make_batch(seed_list=["seed@example.com"], seed_context={"first_name": "Seed"})
+    assert enabled_buttons(admin, batch) == {
+        "dry_run": True,
+        "seed_send": False,
+        "schedule": False,
+        "cancel": False,
+    }
+    response = admin.post(page_url(batch, "dry_run"))
+    assert response["Location"] == change("sendbatch", batch.pk)
+    assert messages_of(response) == [
+        ("success", "Spring news: dry-run rendered 3 of 3 recipients, 0 problem(s).")
+    ]
+    assert enabled_buttons(admin, batch)["seed_send"] is True
+    assert enabled_buttons(admin, batch)["schedule"] is False
+    admin.post(page_url(batch, "seed_send"))
+    assert enabled_buttons(admin, batch)["schedule"] is True
+    confirm = admin.post(page_url(batch, "schedule"))
+    assert confirm.templates[0].name == "admin/scheduler_app/batch_confirm.html"
+    response = admin.post(
+        page_url(batch, "schedule"),
+        {"action": "schedule_action", "_selected_action": batch.pk, "confirm": "yes"},
+    )
+    assert response["Location"] == change("sendbatch", batch.pk)
+    assert SendBatch.objects.get(pk=batch.pk).status == Status.SCHEDULED
+
+
+def test_the_flow_buttons_are_for_drafts_only(admin, make_batch):
+    batch = make_batch(status=Status.COMPLETED)
+    assert enabled_buttons(admin, batch) == {
+        "dry_run": False,
+        "seed_send": False,
+        "schedule": False,
+        "cancel": False,
+    }

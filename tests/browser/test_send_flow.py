@@ -78,3 +78,26 @@ def test_the_job_page_runs_its_actions_and_offers_no_save(admin_page):
     assert message(page, "success") == "1 job cancelled."
     assert Job.objects.get(pk=job.pk).status == Job.Status.CANCELLED
     assert page.locator(".scheduler-actions button").count() == 0
+
+
+def test_a_draft_is_dry_run_seed_sent_and_scheduled_from_its_page(admin_page):
+    page = admin_page
+    make_customers(2)
+    batch = make_batch(
+        scheduled_at=dt.datetime(2026, 12, 24, 8, 0, tzinfo=dt.UTC),
+        seed_list=["seed@example.com"],
+        seed_context={"first_name": "Seed"},
+    )
+    page.goto("/admin/scheduler_app/sendbatch/%s/change/" % batch.pk)
+    assert page.get_by_role("button", name="Cancel this send…").is_hidden()
+    assert page.get_by_role("button", name="Seed send").is_disabled()
+    page.get_by_role("button", name="Dry-run").click()
+    assert "dry-run rendered 2 of 2 recipients" in message(page, "success")
+    page.get_by_role("button", name="Seed send").click()
+    assert "seed send went to 1 of 1" in message(page, "success")
+    assert page.locator("ul.checklist li.failing").count() == 0
+    page.get_by_role("button", name="Schedule…").click()
+    page.get_by_role("button", name="Yes, schedule").click()
+    assert "Spring news scheduled" in message(page, "success")
+    assert page.url.endswith("/sendbatch/%s/change/" % batch.pk)
+    assert SendBatch.objects.get(pk=batch.pk).status == SendBatch.Status.SCHEDULED
