@@ -289,9 +289,14 @@ def undo_batch(batch_id: int, *, by: Any = None) -> UndoOutcome:
 
 
 def batch_progress(batch: SendBatch) -> dict[str, Any]:
-    """Return the batch's counters, share done and send rate, for the page and its JSON."""
+    """Return the batch's counters, share done and send rate, for the page and its JSON.
+
+    The rate is the sent count over the sending time, up to now or to the finish, so a
+    finished batch keeps the rate it sent at.
+    """
     done = batch.sent + batch.failed + batch.skipped
-    elapsed = (clock.now() - batch.started_at).total_seconds() if batch.started_at else 0
+    end = batch.finished_at or clock.now()
+    elapsed = (end - batch.started_at).total_seconds() if batch.started_at else 0
     return {
         "status": batch.status,
         "total": batch.total,
