@@ -104,6 +104,9 @@ else:
     EMAIL_TIMEOUT = _smtp_options["timeout"]
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="demo@example.com")
 
+# Uploads and dry-run reports (scheduler_app/dry-runs/), never the installed package's folder.
+MEDIA_ROOT = env.str("MEDIA_ROOT", default=str(BASE_DIR / "media"))
+
 # The origin start.sh serves (PORT, default 8000): links in mails and alerts lead back to it.
 _LOCAL_URL = "http://127.0.0.1:%s" % env.int("PORT", default=8000)
 

@@ -10,7 +10,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import (
@@ -43,7 +42,7 @@ from scheduler_app.sends import batches, states
 from scheduler_app.sends.audience import registered_audiences
 from scheduler_app.sends.checklist import CheckItem, ChecklistFailed, run_checklist
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
-from scheduler_app.sends.dry_run import address_problem, dry_run
+from scheduler_app.sends.dry_run import address_problem, dry_run, report_storage
 
 Status = SendBatch.Status
 DRAFT_FIELDS = list(batches.DRAFT_FIELDS)
@@ -431,10 +430,11 @@ class SendBatchAdmin(SchedulerModelAdmin):
         batch = get_object_or_404(self.get_queryset(request), pk=pk)
         if not self.has_view_permission(request, batch):
             raise PermissionDenied
-        if not batch.dry_run_report or not default_storage.exists(batch.dry_run_report):
+        storage = report_storage()
+        if not batch.dry_run_report or not storage.exists(batch.dry_run_report):
             raise Http404("This batch has no dry-run report.")
         return FileResponse(
-            default_storage.open(batch.dry_run_report, "rb"),
+            storage.open(batch.dry_run_report, "rb"),
             as_attachment=True,
             filename="dry-run-batch-%s.txt" % batch.pk,
         )

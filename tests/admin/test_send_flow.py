@@ -229,3 +229,22 @@ def test_the_flow_buttons_are_for_drafts_only(admin, make_batch):
         "schedule": False,
         "cancel": False,
     }
+
+
+def test_dry_run_reports_are_written_to_and_read_from_the_named_storage(
+    admin, settings, tmp_path, make_batch, customers
+):
+    files = "django.core.files.storage.FileSystemStorage"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "reports": {"BACKEND": files, "OPTIONS": {"location": str(tmp_path / "reports")}},
+    }
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "DRY_RUN_STORAGE": "reports"}
+    batch = make_batch()
+    admin.post(page_url(batch, "dry_run"))
+    batch.refresh_from_db()
+    assert (tmp_path / "reports" / batch.dry_run_report).is_file()
+    assert not (tmp_path / "media").exists()
+    response = admin.get("/admin/scheduler_app/sendbatch/%s/report/" % batch.pk)
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content).startswith(b"Dry-run of batch %d" % batch.pk)
