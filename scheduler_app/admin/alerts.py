@@ -44,7 +44,6 @@ class AlertAdmin(SchedulerModelAdmin):
         "last_seen_at",
         "resolved_at",
         "acknowledged_at",
-        "acknowledged_by",
         "link",
     ]
     list_filter = [OpenFilter, "kind"]
