@@ -55,7 +55,23 @@
       .then(function (data) { render(live, data); })
       .catch(function () {});
   }
+  // A page part marked .scheduler-refresh (the overview) is fetched again and replaced
+  // every data-interval ms, without reloading the page.
+  function liveParts() {
+    document.querySelectorAll(".scheduler-refresh[id]").forEach(function (part) {
+      setInterval(function () {
+        fetch(window.location.href, { credentials: "same-origin" })
+          .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+          .then(function (html) {
+            var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(part.id);
+            if (fresh) { part.innerHTML = fresh.innerHTML; }
+          })
+          .catch(function () {});
+      }, Number(part.dataset.interval) || 5000);
+    });
+  }
   document.addEventListener("DOMContentLoaded", function () {
+    liveParts();
     countdowns();
     setInterval(countdowns, 200);
     relaxGuards();
