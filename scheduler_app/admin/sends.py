@@ -364,6 +364,11 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 "batch_actions": allowed,
                 "flow": self.flow_steps(request, batch, allowed),
                 "can_duplicate": self.has_add_permission(request),
+                "preview": (
+                    batches.preview(batch, request.GET.get("preview"))
+                    if batch.status == Status.DRAFT
+                    else None
+                ),
             }
         return super().change_view(request, object_id, form_url, extra_context)
 

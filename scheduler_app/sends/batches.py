@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import itertools
 import json
 import logging
 import uuid
@@ -100,6 +101,48 @@ def compile_template(batch: SendBatch) -> MessageTemplate:
         )
     except RenderError as exc:
         raise ValidationError(exc.message) from exc
+
+
+#: How many recipients of the live audience a preview offers to pick from.
+PREVIEW_CHOICES = 20
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Preview:
+    """A draft's message rendered for one recipient of its audience, or why it cannot be."""
+
+    choices: list[tuple[str, str]]  # (key, address) of the first recipients
+    key: str = ""
+    subject: str = ""
+    text: str = ""
+    html: str = ""
+    error: str = ""
+
+
+def preview(batch: SendBatch, key: str | None = None) -> Preview:
+    """Render ``batch``'s message for the recipient ``key`` (default: the first) among the
+    first PREVIEW_CHOICES of its live audience, as the send would; nothing is stored."""
+    try:
+        template = compile_template(batch)
+        query = get_audience(batch.audience, batch.audience_params)
+        rows = list(itertools.islice(query.rows(), PREVIEW_CHOICES))
+    except SchedulerError as exc:
+        return Preview(choices=[], error=str(exc))
+    choices = [(row["key"], row["address"]) for row in rows]
+    row = next((r for r in rows if key is None or r["key"] == key), None)
+    if row is None:
+        return Preview(choices=choices, error="Pick a recipient from the list.")
+    try:
+        message = template.render(row["address"], row["context"])
+    except RenderError as exc:
+        return Preview(choices=choices, key=row["key"], error=exc.message)
+    return Preview(
+        choices=choices,
+        key=row["key"],
+        subject=message.subject,
+        text=message.text,
+        html=message.html or "",
+    )
 
 
 def freeze_audience(batch: SendBatch, *, now: dt.datetime) -> int:

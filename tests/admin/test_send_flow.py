@@ -248,3 +248,29 @@ def test_dry_run_reports_are_written_to_and_read_from_the_named_storage(
     response = admin.get("/admin/scheduler_app/sendbatch/%s/report/" % batch.pk)
     assert response.status_code == 200
     assert b"".join(response.streaming_content).startswith(b"Dry-run of batch %d" % batch.pk)
+
+
+def test_a_draft_previews_its_message_for_a_recipient_picked_from_the_audience(
+    admin, make_batch, customers
+):
+    batch = make_batch()
+    page = admin.get(change("sendbatch", batch.pk))
+    assert page.context["preview"].choices == [
+        (str(c.pk), c.email) for c in customers
+    ]  # the first recipients of the live audience; the first is shown
+    html = page.content.decode()
+    assert '<pre class="preview-subject">News for Ada</pre>' in html
+    grace = customers[1]
+    html = admin.get(change("sendbatch", batch.pk), {"preview": grace.pk}).content.decode()
+    assert '<pre class="preview-subject">News for Grace</pre>' in html
+    assert '<pre class="preview-text">Hi Grace, here is the spring news.</pre>' in html
+    assert '<option value="%s" selected>grace@example.com</option>' % grace.pk in html
+
+
+def test_a_preview_that_cannot_render_says_why(admin, make_batch, customers):
+    batch = make_batch(text_template="Hi {{ nickname }}, news.")
+    html = admin.get(change("sendbatch", batch.pk)).content.decode()
+    assert (
+        '<p class="preview-error errornote">'
+        "Variable &#x27;nickname&#x27; is missing from the recipient&#x27;s data.</p>"
+    ) in html

@@ -80,7 +80,7 @@ def test_the_job_page_runs_its_actions_and_offers_no_save(admin_page):
     assert page.locator(".scheduler-actions button").count() == 0
 
 
-def test_a_draft_is_dry_run_seed_sent_and_scheduled_from_its_page(admin_page):
+def test_a_draft_is_previewed_dry_run_seed_sent_and_scheduled_from_its_page(admin_page):
     page = admin_page
     make_customers(2)
     batch = make_batch(
@@ -89,6 +89,11 @@ def test_a_draft_is_dry_run_seed_sent_and_scheduled_from_its_page(admin_page):
         seed_context={"first_name": "Seed"},
     )
     page.goto("/admin/scheduler_app/sendbatch/%s/change/" % batch.pk)
+    assert page.locator("pre.preview-subject").inner_text() == "News for Name0"
+    page.select_option("#preview-recipient", label="c1@example.com")
+    page.get_by_role("button", name="Preview", exact=True).click()
+    assert page.locator("pre.preview-subject").inner_text() == "News for Name1"
+    assert page.locator("pre.preview-text").inner_text() == "Hi Name1, here is the spring news."
     assert page.get_by_role("button", name="Cancel this send…").is_hidden()
     assert page.get_by_role("button", name="Seed send").is_disabled()
     page.get_by_role("button", name="Dry-run").click()
