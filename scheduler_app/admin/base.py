@@ -43,6 +43,9 @@ class SchedulerModelAdmin(admin.ModelAdmin):
     bounds it by the start of the next one, in year 10000.
     """
 
+    #: What an empty list shows: one line saying what fills it.
+    empty_text = ""
+
     #: The buttons of an object's page: a name in the button's URL -> the list action it
     #: runs on that one object (same permission, guards and messages).
     page_actions: dict[str, str] = {}

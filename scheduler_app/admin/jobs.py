@@ -124,6 +124,10 @@ class LateFilter(admin.SimpleListFilter):
 
 @admin.register(Job)
 class JobAdmin(SchedulerModelAdmin):
+    empty_text = (
+        "No jobs yet: code schedules them (schedule(), a task's enqueue) and recurring "
+        "schedules add theirs when they come due."
+    )
     list_display = [
         "id",
         "task_name",

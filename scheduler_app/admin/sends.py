@@ -181,6 +181,10 @@ class ReasonForm(forms.Form):
 
 @admin.register(SendBatch)
 class SendBatchAdmin(SchedulerModelAdmin):
+    empty_text = (
+        "No send batches yet: add one as a draft, then preview, dry-run, seed send and "
+        "schedule it from its page."
+    )
     form = SendBatchForm
     list_display = ["name", "status", "scheduled_at", "timezone", "progress_bar"]
     list_filter = ["status"]
@@ -679,6 +683,10 @@ class SendBatchAdmin(SchedulerModelAdmin):
 class RecipientAdmin(SchedulerModelAdmin):
     """Who got what, when, and why not."""
 
+    empty_text = (
+        "No recipients yet: a batch's audience is frozen into recipients when it starts "
+        "sending, and seed sends add theirs."
+    )
     list_display = [
         "address",
         "recipient_key",
@@ -723,5 +731,6 @@ class RecipientAdmin(SchedulerModelAdmin):
 class RateLimitAdmin(SchedulerModelAdmin):
     """Change a provider account's send rate live; workers follow within a chunk."""
 
+    empty_text = "No rate limits yet: add one to set a provider account's send rate."
     list_display = ["key", "rate", "burst"]
     fields = ["key", "rate", "burst"]
