@@ -38,3 +38,19 @@ def test_the_job_list_explains_itself_unless_filtered(admin):
     ) in html.replace("&#x27;", "'")
     filtered = admin.get(changelist("job"), {"status__exact": "failed"}).content.decode()
     assert "scheduler-empty" not in filtered
+
+
+def test_the_app_index_groups_its_pages(admin):
+    from scheduler_app.templatetags.scheduler_admin import ADMIN_GROUPS
+
+    response = admin.get("/admin/scheduler_app/")
+    html = response.content.decode()
+    captions = [part.split("</a>", 1)[0].rsplit(">", 1)[1] for part in html.split("<caption>")[1:]]
+    assert captions == ["Operations", "Sends", "Schedules", "Settings"]
+    registered = {
+        model._meta.model_name
+        for model in django_admin.site._registry
+        if model._meta.app_label == "scheduler_app"
+    }
+    grouped = [name for names in ADMIN_GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(registered)
