@@ -104,10 +104,16 @@ else:
     EMAIL_TIMEOUT = _smtp_options["timeout"]
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="demo@example.com")
 
+# Uploads and dry-run reports (scheduler_app/dry-runs/), never the installed package's folder.
+MEDIA_ROOT = env.str("MEDIA_ROOT", default=str(BASE_DIR / "media"))
+
+# The origin start.sh serves (PORT, default 8000): links in mails and alerts lead back to it.
+_LOCAL_URL = "http://127.0.0.1:%s" % env.int("PORT", default=8000)
+
 SCHEDULER_APP = {
     "QUEUES": ["default", "emails", "slow"],
     # Batch messages carry one-click unsubscribe links to this origin (mail/unsubscribe/...).
-    "PUBLIC_BASE_URL": env.str("PUBLIC_BASE_URL", default="http://127.0.0.1:8000"),
+    "PUBLIC_BASE_URL": env.str("PUBLIC_BASE_URL", default=_LOCAL_URL),
     # /metrics answers requests from this machine only (and any bearing METRICS_TOKEN).
     "METRICS_ALLOWED_IPS": env.list("METRICS_ALLOWED_IPS", default=["127.0.0.1", "::1"]),
     "METRICS_TOKEN": env.str("METRICS_TOKEN", default=None),
@@ -132,7 +138,7 @@ SCHEDULER_APP = {
     # Evaluate the alert rules often, for the demo; alert mails go to ADMINS (printed by
     # the console email backend) with links into this admin.
     "ALERT_INTERVAL": 15,
-    "ADMIN_BASE_URL": env.str("ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
+    "ADMIN_BASE_URL": env.str("ADMIN_BASE_URL", default=_LOCAL_URL),
 }
 # Django 6.0 takes plain addresses and deprecates (name, address) pairs.
 ADMINS = ["ops@example.com"] if django.VERSION >= (6, 0) else [("Demo operator", "ops@example.com")]

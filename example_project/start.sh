@@ -9,7 +9,7 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3}"
-PORT="${PORT:-8000}"
+export PORT="${PORT:-8000}"  # the settings build the links in mails and alerts from it
 VENV=.venv
 PY="$VENV/bin/python"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
+from pathlib import Path
 from typing import Any
 
 from django.apps import apps
@@ -826,6 +827,39 @@ def check_send_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_dry_run_storage(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """E115: DRY_RUN_STORAGE names a storage, and not one that writes into this package."""
+    from django.core.files.storage import storages
+
+    from scheduler_app.sends.dry_run import REPORT_DIR, report_storage
+
+    alias = app_settings.DRY_RUN_STORAGE
+    if not isinstance(alias, str) or alias not in storages.backends:
+        return [
+            Error(
+                "SCHEDULER_APP['DRY_RUN_STORAGE'] must name a storage in STORAGES (%s), not %r."
+                % (", ".join(storages.backends), alias),
+                id="scheduler_app.E115",
+            )
+        ]
+    try:
+        folder = Path(report_storage().path(REPORT_DIR)).resolve()
+    except NotImplementedError:  # not on a file system: it cannot be the package's folder
+        return []
+    package = Path(__file__).resolve().parent
+    if folder == package or package in folder.parents:
+        return [
+            Error(
+                "SCHEDULER_APP['DRY_RUN_STORAGE'] (%r) would write dry-run reports into the "
+                "installed package (%s); set MEDIA_ROOT, or name another storage."
+                % (alias, folder),
+                id="scheduler_app.E115",
+            )
+        ]
+    return []
 
 
 def _import_problem(path: Any) -> str:

@@ -63,6 +63,7 @@ DEFAULTS: dict[str, Any] = {
     "LARGE_BATCH_WINDOW": 3600.0,  # ... scheduled within this many seconds of each other
     "CHECKLIST_RELAX": [],  # checklist item names that do not block scheduling
     "DRY_RUN_SHORT_BODY": 20,  # a rendered body shorter than this is reported as very short
+    "DRY_RUN_STORAGE": "default",  # the STORAGES alias dry-run reports are written to
     # The domain of Message-IDs (<hash of the idempotency key>@domain), the same on every
     # host; None: the domain of DEFAULT_FROM_EMAIL.
     "MESSAGE_ID_DOMAIN": None,
@@ -226,6 +227,12 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "DRY_RUN_SHORT_BODY": (
         "Dry-runs flag bodies shorter than this many characters (an integer >= 0; 0 flags none)."
+    ),
+    "DRY_RUN_STORAGE": (
+        "The storage dry-run reports are written to and downloaded from, by its alias in "
+        "Django's `STORAGES` (`default`: `MEDIA_ROOT`, under `scheduler_app/dry-runs/`). "
+        "Check `scheduler_app.E115` refuses an unknown alias, and a file system storage that "
+        "would write into the installed package (an unset `MEDIA_ROOT` next to it)."
     ),
     "MESSAGE_ID_DOMAIN": (
         "The domain of the Message-IDs the `email` provider sets (`<hash of the idempotency "

@@ -18,6 +18,8 @@ TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["*"]
 
 SQLITE_TEST_FILE = BASE_DIR / ".test-db.sqlite3"
+# Dry-run reports (tests move it to a tmp folder); never the package's folder (E115).
+MEDIA_ROOT = str(BASE_DIR / "media")
 DATABASES = {"default": env.db("DATABASE_URL", default="sqlite:///%s" % (BASE_DIR / ".db.sqlite3"))}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(

@@ -36,6 +36,10 @@ class OpenFilter(admin.SimpleListFilter):
 
 @admin.register(Alert)
 class AlertAdmin(SchedulerModelAdmin):
+    empty_text = (
+        "No alerts: the alert rules open one when a task is late, overdue, absent or "
+        "suspiciously successful."
+    )
     list_display = [
         "kind",
         "subject",
@@ -44,7 +48,6 @@ class AlertAdmin(SchedulerModelAdmin):
         "last_seen_at",
         "resolved_at",
         "acknowledged_at",
-        "acknowledged_by",
         "link",
     ]
     list_filter = [OpenFilter, "kind"]

@@ -9,7 +9,16 @@ from typing import Any, TypeVar
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.core.exceptions import PermissionDenied
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
 from django.utils.translation import gettext as _
 
 from scheduler_app.exceptions import ValidationError
@@ -33,6 +42,60 @@ class SchedulerModelAdmin(admin.ModelAdmin):
     renders). The date drill-down to the last year, month or day of year 9999: Django
     bounds it by the start of the next one, in year 10000.
     """
+
+    #: What an empty list shows: one line saying what fills it.
+    empty_text = ""
+
+    #: The buttons of an object's page: a name in the button's URL -> the list action it
+    #: runs on that one object (same permission, guards and messages).
+    page_actions: dict[str, str] = {}
+
+    def get_urls(self) -> list:
+        if not self.page_actions:
+            return super().get_urls()
+        return [
+            path(
+                "<path:object_id>/actions/<str:name>/",
+                self.admin_site.admin_view(self.page_action_view),
+                name="%s_%s_page_action" % (self.opts.app_label, self.opts.model_name),
+            ),
+            *super().get_urls(),
+        ]
+
+    def page_action_applies(self, name: str, obj: Any) -> bool:
+        """Return whether the page button ``name`` can do anything to ``obj`` now."""
+        return True
+
+    def offered_page_actions(self, request: HttpRequest, obj: Any) -> list[str]:
+        """Return the page buttons this user may press on ``obj`` now."""
+        permitted = self.get_actions(request)
+        return [
+            name
+            for name, action in self.page_actions.items()
+            if action in permitted and self.page_action_applies(name, obj)
+        ]
+
+    def page_action_view(self, request: HttpRequest, object_id: str, name: str) -> HttpResponse:
+        """Run the list action behind the page button ``name`` on one object, then go back
+        to its page (or show the action's own page: a confirmation, a reason form)."""
+        if name not in self.page_actions:
+            raise Http404("No such action.")
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = get_object_or_404(self.get_queryset(request), pk=object_id)
+        action = self.get_actions(request).get(self.page_actions[name])
+        if action is None:
+            raise PermissionDenied
+        # Django 6.1 returns Action objects, earlier versions (func, name, description).
+        func = action.func if hasattr(action, "func") else action[0]
+        response = func(self, request, self.get_queryset(request).filter(pk=obj.pk))
+        return response or HttpResponseRedirect(
+            reverse(
+                "%s:%s_%s_change"
+                % (self.admin_site.name, self.opts.app_label, self.opts.model_name),
+                args=[obj.pk],
+            )
+        )
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if any("\x00" in key or "\x00" in "".join(values) for key, values in request.GET.lists()):

@@ -14,12 +14,15 @@ from scheduler_app.admin.charts import bar_chart
 from scheduler_app.admin.display import JobReportAdmin
 from scheduler_app.conf import app_settings
 from scheduler_app.lateness import hourly_p95
-from scheduler_app.models import Alert, OperationsOverview
+from scheduler_app.models import Alert, Control, Job, OperationsOverview, SendBatch
+from scheduler_app.sends.batches import batch_progress
 
 #: Hours of lateness the charts show.
 CHART_HOURS = 24
 #: Most open alerts listed (the alerts page has them all).
 MAX_ALERTS = 50
+#: The window of the drain rate (jobs finished per second), in seconds.
+DRAIN_WINDOW = 60
 
 
 @admin.register(OperationsOverview)
@@ -34,6 +37,18 @@ class OperationsOverviewAdmin(JobReportAdmin):
             "title": "Operations overview",
             "opts": self.model._meta,
             "now": now,
+            "paused": paused_now(),
+            "send_rate": round(
+                sum(batch_progress(b)["rate"] for b in SendBatch.objects.filter(status="sending")),
+                2,
+            ),
+            "drain_rate": round(
+                Job.objects.filter(
+                    finished_at__gte=now - dt.timedelta(seconds=DRAIN_WINDOW)
+                ).count()
+                / DRAIN_WINDOW,
+                2,
+            ),
             "alerts": Alert.objects.open().order_by("-opened_at")[:MAX_ALERTS],
             "alert_count": Alert.objects.open().count(),
             "workers": stats.live_workers().order_by("worker_id"),
@@ -43,6 +58,26 @@ class OperationsOverviewAdmin(JobReportAdmin):
             "chart_hours": CHART_HOURS,
         }
         return TemplateResponse(request, self.change_list_template, context)
+
+
+def paused_now() -> list[tuple[str, str, Any]]:
+    """Return what is paused now, everything first: (what, reason, since)."""
+    rank = {Control.Scope.GLOBAL: 0, Control.Scope.QUEUE: 1, Control.Scope.TASK: 2}
+    switches = sorted(Control.objects.filter(paused=True), key=lambda c: (rank[c.scope], c.target))
+    batches = SendBatch.objects.filter(status=SendBatch.Status.PAUSED).order_by("name")
+    return [
+        *(
+            (
+                "Everything"
+                if c.scope == Control.Scope.GLOBAL
+                else "%s %s" % ("Queue" if c.scope == Control.Scope.QUEUE else "Task", c.target),
+                c.reason,
+                c.changed_at,
+            )
+            for c in switches
+        ),
+        *(("Send batch %s" % b.name, b.status_reason, b.status_changed_at) for b in batches),
+    ]
 
 
 def lateness_charts(now: dt.datetime) -> list[tuple[str, float, Any]]:

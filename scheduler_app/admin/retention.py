@@ -11,6 +11,10 @@ from scheduler_app.models import PruneRun
 
 @admin.register(PruneRun)
 class PruneRunAdmin(SchedulerModelAdmin):
+    empty_text = (
+        "No prune runs yet: each run of the scheduler-prune schedule (or the scheduler_prune "
+        "command) records one."
+    )
     list_display = ["id", "started_at", "source", "outcome", "total", "reference_time", "detail"]
     list_filter = ["outcome", "source"]
     date_hierarchy = "started_at"

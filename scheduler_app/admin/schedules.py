@@ -91,6 +91,10 @@ class ScheduleOccurrenceAdmin(SchedulerModelAdmin):
     """Every run of every schedule, newest first: read-only (the schedule page lists the last
     ones and links here, filtered to the schedule)."""
 
+    empty_text = (
+        "No schedule runs yet: each occurrence of a recurring schedule is recorded here when "
+        "it comes due."
+    )
     list_display = ["occurrence_at", "schedule", "outcome", "job", job_status, lateness]
     list_filter = ["outcome"]
     list_select_related = ["schedule", "job"]
@@ -120,6 +124,7 @@ class ScheduleOccurrenceAdmin(SchedulerModelAdmin):
 
 @admin.register(Schedule)
 class ScheduleAdmin(SchedulerModelAdmin):
+    empty_text = "No schedules yet: declare them in SCHEDULER_APP['SCHEDULES'] or add one here."
     form = ScheduleForm
     list_display = [
         "name",
@@ -131,8 +136,9 @@ class ScheduleAdmin(SchedulerModelAdmin):
         "next_run_at",
         "overlap_policy",
         "misfire_policy",
-        "declared_in_code",
     ]
+    # Whether a schedule is declared in code is a filter, not a column: the list fits
+    # 1280 px.
     list_filter = ["enabled", "kind", "declared_in_code"]
     search_fields = ["name", "task_name"]
     actions = ["enable", "disable", "prune"]

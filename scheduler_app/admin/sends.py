@@ -10,7 +10,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.core.files.storage import default_storage
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import (
@@ -40,30 +39,13 @@ from scheduler_app.feedback.suppressions import batch_feedback
 from scheduler_app.models import RateLimit, Recipient, SendBatch
 from scheduler_app.scheduling import check_payload, check_undo_window
 from scheduler_app.sends import batches, states
-from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
+from scheduler_app.sends.audience import registered_audiences
+from scheduler_app.sends.checklist import CheckItem, ChecklistFailed, run_checklist
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
-from scheduler_app.sends.dry_run import dry_run
+from scheduler_app.sends.dry_run import address_problem, dry_run, report_storage
 
 Status = SendBatch.Status
-DRAFT_FIELDS = [
-    "name",
-    "subject_template",
-    "text_template",
-    "html_template",
-    "audience",
-    "audience_params",
-    "expected_max_audience",
-    "seed_list",
-    "seed_context",
-    "scheduled_at",
-    "timezone",
-    "local_delivery_time",
-    "undo_window",
-    "provider",
-    "rate_limit_key",
-    "breaker_window",
-    "breaker_threshold",
-]
+DRAFT_FIELDS = list(batches.DRAFT_FIELDS)
 #: Shown below the draft fields on an existing batch (read-only).
 STATE_FIELDS = [
     "status",
@@ -73,13 +55,94 @@ STATE_FIELDS = [
     "checklist_display",
     "dry_run_display",
 ]
-#: The change page's buttons: each runs the list action of that name on the one batch.
-PAGE_ACTIONS = ("pause", "resume", "cancel")
+
+
+#: The template fields: stored as typed (no stripping), with LF line endings.
+TEMPLATE_FIELDS = ("subject_template", "text_template", "html_template")
+#: A draft's steps on its page, in order: page action -> button.
+FLOW_BUTTONS = {
+    "dry_run": "Dry-run",
+    "seed_send": "Seed send",
+    "schedule": "Schedule…",
+}
+#: What each checklist item checks, for people (the item names are for code and settings).
+CHECKLIST_LABELS = {
+    "audience_within_limit": "Audience counted and within the expected maximum",
+    "dry_run_clean": "Clean dry-run of this template and audience",
+    "seed_sent": "Seed send of this template and audience",
+    "schedule_unambiguous": "Send time and time zone set",
+    "no_other_large_batch": "No other large batch close by",
+}
+
+
+def checklist_html(items: list[CheckItem]) -> str:
+    """Return the checklist as a list people read: colour, an icon and words for pass/fail."""
+    return format_html(
+        '<ul class="checklist">{}</ul>',
+        format_html_join(
+            "",
+            '<li class="{}"><span aria-hidden="true">{}</span> <b>{}:</b> {}. {}</li>',
+            (
+                (
+                    "ok" if item.ok else "failing",
+                    "✔" if item.ok else "✘",
+                    "Passed" if item.ok else "Failing",
+                    CHECKLIST_LABELS[item.name],
+                    item.detail,
+                )
+                for item in items
+            ),
+        ),
+    )
+
+
+class AddressListField(forms.CharField):
+    """A list of email addresses, typed one a line; blank lines are ignored."""
+
+    widget = forms.Textarea(attrs={"rows": 3})
+
+    def prepare_value(self, value: Any) -> Any:
+        return "\n".join(value) if isinstance(value, list) else value
+
+    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
+        text = super().to_python(value)
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+    def validate(self, value: list[str]) -> None:
+        super().validate(value)
+        for number, address in enumerate(value, 1):
+            problem = address_problem(address)
+            if problem:
+                raise forms.ValidationError("Line %s, %s: %s" % (number, address, problem))
 
 
 class SendBatchForm(forms.ModelForm):
     """Blank JSON fields mean "none" (the columns are NOT NULL); parameters are an object;
-    every JSON value is one the database can store."""
+    every JSON value is one the database can store. Templates keep their whitespace and
+    are stored with LF line endings, whatever the browser sent. The audience is one of the
+    registered audiences; the seed list is typed one address a line."""
+
+    audience = forms.ChoiceField(
+        choices=lambda: [("", "---------")] + [(n, n) for n in registered_audiences()],
+        help_text="A registered audience source.",
+    )
+    seed_list = AddressListField(
+        required=False,
+        help_text="Addresses for seed sends, one a line.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in TEMPLATE_FIELDS:
+            if name in self.fields:
+                self.fields[name].strip = False
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        for name in TEMPLATE_FIELDS:
+            if isinstance(cleaned.get(name), str):
+                cleaned[name] = batches.normalise_newlines(cleaned[name])
+        return cleaned
 
     def clean_audience_params(self) -> dict[str, Any]:
         value = self.cleaned_data["audience_params"]
@@ -90,12 +153,7 @@ class SendBatchForm(forms.ModelForm):
         return form_checked(check_payload, value, name="audience parameter object")
 
     def clean_seed_list(self) -> list[str]:
-        value = self.cleaned_data["seed_list"]
-        if value is None:
-            return []
-        if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
-            raise forms.ValidationError("The seed list must be a JSON list of addresses.")
-        return form_checked(check_payload, value, name="seed list")
+        return form_checked(check_payload, self.cleaned_data["seed_list"], name="seed list")
 
     def clean_seed_context(self) -> dict[str, Any]:
         value = self.cleaned_data["seed_context"]
@@ -123,6 +181,10 @@ class ReasonForm(forms.Form):
 
 @admin.register(SendBatch)
 class SendBatchAdmin(SchedulerModelAdmin):
+    empty_text = (
+        "No send batches yet: add one as a draft, then preview, dry-run, seed send and "
+        "schedule it from its page."
+    )
     form = SendBatchForm
     list_display = ["name", "status", "scheduled_at", "timezone", "progress_bar"]
     list_filter = ["status"]
@@ -137,6 +199,14 @@ class SendBatchAdmin(SchedulerModelAdmin):
         "delete_selected",
     ]
     change_form_template = "admin/scheduler_app/sendbatch_change_form.html"
+    page_actions = {
+        "dry_run": "dry_run_action",
+        "seed_send": "seed_send_action",
+        "schedule": "schedule_action",
+        "pause": "pause_action",
+        "resume": "resume_action",
+        "cancel": "cancel_action",
+    }
 
     class Media:
         js = ["scheduler_app/admin.js"]
@@ -251,22 +321,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
 
     @admin.display(description="pre-flight checklist")
     def checklist_display(self, batch: SendBatch) -> str:
-        return format_html(
-            "<ul class='checklist'>{}</ul>",
-            format_html_join(
-                "",
-                "<li class='{}'>{} <b>{}</b>: {}</li>",
-                (
-                    (
-                        "ok" if item.ok else "failing",
-                        "✔" if item.ok else "✘",
-                        item.name,
-                        item.detail,
-                    )
-                    for item in run_checklist(batch)
-                ),
-            ),
-        )
+        return checklist_html(run_checklist(batch))
 
     @admin.display(description="dry-run")
     def dry_run_display(self, batch: SendBatch) -> str:
@@ -295,9 +350,9 @@ class SendBatchAdmin(SchedulerModelAdmin):
             path("<int:pk>/report/", view(self.report_view), name="scheduler_app_sendbatch_report"),
             path("<int:pk>/undo/", view(self.undo_view), name="scheduler_app_sendbatch_undo"),
             path(
-                "<int:pk>/actions/<str:name>/",
-                view(self.page_action_view),
-                name="scheduler_app_sendbatch_page_action",
+                "<int:pk>/duplicate/",
+                view(self.duplicate_view),
+                name="scheduler_app_sendbatch_duplicate",
             ),
             *super().get_urls(),
         ]
@@ -308,28 +363,64 @@ class SendBatchAdmin(SchedulerModelAdmin):
         batch = self.get_object(request, unquote(object_id))
         if batch is not None:
             allowed = self.allowed_actions(request, batch)
-            extra_context = {**(extra_context or {}), "batch_actions": allowed}
+            extra_context = {
+                **(extra_context or {}),
+                "batch_actions": allowed,
+                "flow": self.flow_steps(request, batch, allowed),
+                "can_duplicate": self.has_add_permission(request),
+                "preview": (
+                    batches.preview(batch, request.GET.get("preview"))
+                    if batch.status == Status.DRAFT
+                    else None
+                ),
+            }
         return super().change_view(request, object_id, form_url, extra_context)
 
     def allowed_actions(self, request: HttpRequest, batch: SendBatch) -> list[str]:
         """Return what this user can do to ``batch`` now: undo, pause, resume, cancel."""
-        permitted = self.get_actions(request)
-        possible = {
-            "undo": batch.status == Status.SCHEDULED and batch.undo_deadline is not None,
-            "pause": batch.status in states.ACTIVE,
-            "resume": batch.status == Status.PAUSED,
-            "cancel": batch.status in states.CANCELLABLE,
-        }
+        undo = batch.status == Status.SCHEDULED and batch.undo_deadline is not None
         return [
-            name
-            for name, ok in possible.items()
-            if ok
-            and (
-                "%s_action" % name in permitted
-                if name in PAGE_ACTIONS
-                else self.has_change_permission(request)
-            )
+            *(["undo"] if undo and self.has_change_permission(request) else []),
+            *self.offered_page_actions(request, batch),
         ]
+
+    def page_action_applies(self, name: str, obj: Any) -> bool:
+        # A draft is edited or deleted, not cancelled: its page offers the steps to send it.
+        draft = (Status.DRAFT,)
+        allowed = {
+            "dry_run": draft,
+            "seed_send": draft,
+            "schedule": draft,
+            "pause": states.ACTIVE,
+            "resume": (Status.PAUSED,),
+            "cancel": tuple(s for s in states.CANCELLABLE if s != Status.DRAFT),
+        }
+        return obj.status in allowed[name]
+
+    def flow_steps(
+        self, request: HttpRequest, batch: SendBatch, allowed: list[str]
+    ) -> list[tuple[str, str, str]]:
+        """Return the draft's steps this user may take: (page action, button, why not yet)."""
+        steps = [(name, label) for name, label in FLOW_BUTTONS.items() if name in allowed]
+        blockers = self.flow_blockers(request, batch) if steps else {}
+        return [(name, label, blockers[name]) for name, label in steps]
+
+    def flow_blockers(self, request: HttpRequest, batch: SendBatch) -> dict[str, str]:
+        """Return why each step of a draft's flow cannot be taken yet ('' when it can):
+        a seed send needs a seed list and a clean dry-run, scheduling the whole checklist
+        (or the permission to relax items, which the confirmation asks for)."""
+        checklist = run_checklist(batch)
+        failing = [CHECKLIST_LABELS[item.name] for item in checklist if not item.ok]
+        clean = next(item for item in checklist if item.name == "dry_run_clean")
+        if not batch.seed_list:
+            seed = "Add a seed list first."
+        elif not clean.ok:
+            seed = "Needs a clean dry-run of this template and audience first."
+        else:
+            seed = ""
+        relax = request.user.has_perm("scheduler_app.relax_checklist")
+        schedule = "" if not failing or relax else "Failing: %s." % "; ".join(failing)
+        return {"dry_run": "", "seed_send": seed, "schedule": schedule}
 
     def progress_view(self, request: HttpRequest, pk: int) -> JsonResponse:
         """Return the batch's progress, status, reason and allowed actions, for the live page."""
@@ -344,31 +435,15 @@ class SendBatchAdmin(SchedulerModelAdmin):
             }
         )
 
-    def page_action_view(self, request: HttpRequest, pk: int, name: str) -> HttpResponse:
-        """Run the list action ``name`` (pause, resume, cancel) on one batch, from its page."""
-        if name not in PAGE_ACTIONS:
-            raise Http404("No such action.")
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        batch = get_object_or_404(self.get_queryset(request), pk=pk)
-        action = self.get_actions(request).get("%s_action" % name)
-        if action is None:
-            raise PermissionDenied
-        # Django 6.1 returns Action objects, earlier versions (func, name, description).
-        func = action.func if hasattr(action, "func") else action[0]
-        response = func(self, request, self.get_queryset(request).filter(pk=batch.pk))
-        return response or HttpResponseRedirect(
-            reverse("admin:scheduler_app_sendbatch_change", args=[batch.pk])
-        )
-
     def report_view(self, request: HttpRequest, pk: int) -> FileResponse:
         batch = get_object_or_404(self.get_queryset(request), pk=pk)
         if not self.has_view_permission(request, batch):
             raise PermissionDenied
-        if not batch.dry_run_report or not default_storage.exists(batch.dry_run_report):
+        storage = report_storage()
+        if not batch.dry_run_report or not storage.exists(batch.dry_run_report):
             raise Http404("This batch has no dry-run report.")
         return FileResponse(
-            default_storage.open(batch.dry_run_report, "rb"),
+            storage.open(batch.dry_run_report, "rb"),
             as_attachment=True,
             filename="dry-run-batch-%s.txt" % batch.pk,
         )
@@ -383,7 +458,10 @@ class SendBatchAdmin(SchedulerModelAdmin):
         if outcome.cancelled:
             self.log_change(request, batch, "Undone.")
             self.message_user(
-                request, "Undone: %s will not be sent." % batch.name, messages.SUCCESS
+                request,
+                "Undone: %s will not be sent. To fix it and send it again, use Duplicate as "
+                "draft." % batch.name,
+                messages.SUCCESS,
             )
         else:
             self.message_user(
@@ -397,6 +475,22 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 messages.ERROR,
             )
         return HttpResponseRedirect(reverse("admin:scheduler_app_sendbatch_change", args=[pk]))
+
+    def duplicate_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """Copy the batch into a new draft (an undone batch is read-only) and open it."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        batch = get_object_or_404(self.get_queryset(request), pk=pk)
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        copy = batches.duplicate_batch(batch, by=request.user)
+        self.log_addition(request, copy, "Duplicated from send batch %s." % batch.pk)
+        self.message_user(
+            request,
+            "%s is a new draft: edit it, then dry-run it." % copy.name,
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(reverse("admin:scheduler_app_sendbatch_change", args=[copy.pk]))
 
     # -- actions -----------------------------------------------------------------
 
@@ -558,6 +652,16 @@ class SendBatchAdmin(SchedulerModelAdmin):
         form: forms.Form | None = None,
     ) -> HttpResponse:
         now = database_now() if checklist else None  # the clock schedule_batch() plans with
+        items = [
+            (
+                b,
+                [(item, CHECKLIST_LABELS[item.name]) for item in run_checklist(b)],
+                self._planned_start(request, b, now),
+            )
+            if checklist
+            else (b, [], None)
+            for b in queryset
+        ]
         context = {
             **self.admin_site.each_context(request),
             "title": "%s send batches" % verb,
@@ -565,12 +669,9 @@ class SendBatchAdmin(SchedulerModelAdmin):
             "verb": verb,
             "action": action,
             "queryset": queryset,
-            "items": [
-                (b, run_checklist(b), self._planned_start(request, b, now))
-                if checklist
-                else (b, [], None)
-                for b in queryset
-            ],
+            "items": items,
+            # "Yes, schedule" only once every failing item is fixed, or ticked to relax.
+            "failing": any(not item.ok for _, labelled, _ in items for item, _ in labelled),
             "can_relax": request.user.has_perm("scheduler_app.relax_checklist"),
             "form": form,
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
@@ -582,6 +683,10 @@ class SendBatchAdmin(SchedulerModelAdmin):
 class RecipientAdmin(SchedulerModelAdmin):
     """Who got what, when, and why not."""
 
+    empty_text = (
+        "No recipients yet: a batch's audience is frozen into recipients when it starts "
+        "sending, and seed sends add theirs."
+    )
     list_display = [
         "address",
         "recipient_key",
@@ -626,5 +731,6 @@ class RecipientAdmin(SchedulerModelAdmin):
 class RateLimitAdmin(SchedulerModelAdmin):
     """Change a provider account's send rate live; workers follow within a chunk."""
 
+    empty_text = "No rate limits yet: add one to set a provider account's send rate."
     list_display = ["key", "rate", "burst"]
     fields = ["key", "rate", "burst"]

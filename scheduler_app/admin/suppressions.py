@@ -69,6 +69,9 @@ class ImportForm(forms.Form):
 
 @admin.register(Suppression)
 class SuppressionAdmin(SchedulerModelAdmin):
+    empty_text = (
+        "No suppressed addresses: unsubscribes, hard bounces, complaints and CSV imports add them."
+    )
     list_display = ["address", "scope_display", "reason", "source", "batch", "created_at"]
     list_filter = ["reason", "source", "scope"]
     search_fields = ["=address", "address"]
@@ -254,6 +257,7 @@ def _import(upload: Any, by: Any) -> tuple[int, int, list[str]]:
 class SuppressionRemovalAdmin(SchedulerModelAdmin):
     """Audit: who lifted which suppression and why (read-only)."""
 
+    empty_text = "No suppressions lifted yet: lifting one on the suppression list records it here."
     list_display = ["address", "scope", "was_reason", "why", "removed_by", "removed_at"]
     search_fields = ["=address"]
     list_filter = ["was_reason"]
@@ -272,6 +276,10 @@ class SuppressionRemovalAdmin(SchedulerModelAdmin):
 class FeedbackEventAdmin(SuppressionRemovalAdmin):
     """Unsubscribes, bounces and complaints as they arrived (read-only)."""
 
+    empty_text = (
+        "No feedback yet: unsubscribes, bounces and complaints (the webhook, the unsubscribe "
+        "links) are recorded here."
+    )
     list_display = ["kind", "address", "source", "batch", "occurred_at", "recorded_at"]
     list_filter = ["kind", "source"]
     search_fields = ["=address", "=event_id"]

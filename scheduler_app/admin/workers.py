@@ -11,6 +11,7 @@ from scheduler_app.models import WorkerHeartbeat
 
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(SchedulerModelAdmin):
+    empty_text = "No workers seen yet: each runworker process writes its row here when it starts."
     list_display = [
         "worker_id",
         "status",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
+import itertools
 import json
 import logging
 import uuid
@@ -40,19 +41,50 @@ logger = logging.getLogger("scheduler_app.sends")
 Status = SendBatch.Status
 
 
+#: What an operator types into a draft; a duplicate copies these and nothing of the send.
+DRAFT_FIELDS = (
+    "name",
+    "subject_template",
+    "text_template",
+    "html_template",
+    "audience",
+    "audience_params",
+    "expected_max_audience",
+    "seed_list",
+    "seed_context",
+    "scheduled_at",
+    "timezone",
+    "local_delivery_time",
+    "undo_window",
+    "provider",
+    "rate_limit_key",
+    "breaker_window",
+    "breaker_threshold",
+)
+
+
 class BatchStateError(SchedulerError):
     """The batch is not in a state that allows this."""
 
     code = "invalid_state"
 
 
+def normalise_newlines(text: str) -> str:
+    """Return ``text`` with CRLF and CR line endings as LF (a browser's text box sends CRLF)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def fingerprint(batch: SendBatch) -> str:
-    """Return a hash of what a dry-run or seed send checked: templates and audience."""
+    """Return a hash of what a dry-run or seed send checked: templates and audience.
+
+    Line endings do not count (the sent message's are the email package's), so a
+    template saved back from a browser keeps its dry-run and seed send.
+    """
     data = json.dumps(
         [
-            batch.subject_template,
-            batch.text_template,
-            batch.html_template,
+            normalise_newlines(batch.subject_template),
+            normalise_newlines(batch.text_template),
+            normalise_newlines(batch.html_template),
             batch.audience,
             batch.audience_params,
         ],
@@ -69,6 +101,48 @@ def compile_template(batch: SendBatch) -> MessageTemplate:
         )
     except RenderError as exc:
         raise ValidationError(exc.message) from exc
+
+
+#: How many recipients of the live audience a preview offers to pick from.
+PREVIEW_CHOICES = 20
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Preview:
+    """A draft's message rendered for one recipient of its audience, or why it cannot be."""
+
+    choices: list[tuple[str, str]]  # (key, address) of the first recipients
+    key: str = ""
+    subject: str = ""
+    text: str = ""
+    html: str = ""
+    error: str = ""
+
+
+def preview(batch: SendBatch, key: str | None = None) -> Preview:
+    """Render ``batch``'s message for the recipient ``key`` (default: the first) among the
+    first PREVIEW_CHOICES of its live audience, as the send would; nothing is stored."""
+    try:
+        template = compile_template(batch)
+        query = get_audience(batch.audience, batch.audience_params)
+        rows = list(itertools.islice(query.rows(), PREVIEW_CHOICES))
+    except SchedulerError as exc:
+        return Preview(choices=[], error=str(exc))
+    choices = [(row["key"], row["address"]) for row in rows]
+    row = next((r for r in rows if key is None or r["key"] == key), None)
+    if row is None:
+        return Preview(choices=choices, error="Pick a recipient from the list.")
+    try:
+        message = template.render(row["address"], row["context"])
+    except RenderError as exc:
+        return Preview(choices=choices, key=row["key"], error=exc.message)
+    return Preview(
+        choices=choices,
+        key=row["key"],
+        subject=message.subject,
+        text=message.text,
+        html=message.html or "",
+    )
 
 
 def freeze_audience(batch: SendBatch, *, now: dt.datetime) -> int:
@@ -212,6 +286,21 @@ def cancel_batch(batch_id: int, *, by: Any = None, reason: str = "") -> bool:
     return changed
 
 
+def duplicate_batch(batch: SendBatch, *, by: Any = None) -> SendBatch:
+    """Return a new draft with ``batch``'s draft fields, named "<name> (copy)", owned by ``by``.
+
+    Any batch can be duplicated (an undone one is cancelled and read-only); the copy
+    starts with no dry-run, seed send or send state, so its checklist starts afresh.
+    """
+    values = {name: getattr(batch, name) for name in DRAFT_FIELDS}
+    suffix = " (copy)"
+    limit = SendBatch._meta.get_field("name").max_length - len(suffix)
+    values["name"] = batch.name[:limit] + suffix
+    copy = SendBatch.objects.create(**values, owner=as_user(by))
+    record("batch", str(copy.pk), "duplicate", by=by, reason="Copy of batch %s." % batch.pk)
+    return copy
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class UndoOutcome:
     """What undo_batch() did; ``cancelled`` False means it was too late."""
@@ -244,9 +333,14 @@ def undo_batch(batch_id: int, *, by: Any = None) -> UndoOutcome:
 
 
 def batch_progress(batch: SendBatch) -> dict[str, Any]:
-    """Return the batch's counters, share done and send rate, for the page and its JSON."""
+    """Return the batch's counters, share done and send rate, for the page and its JSON.
+
+    The rate is the sent count over the sending time, up to now or to the finish, so a
+    finished batch keeps the rate it sent at.
+    """
     done = batch.sent + batch.failed + batch.skipped
-    elapsed = (clock.now() - batch.started_at).total_seconds() if batch.started_at else 0
+    end = batch.finished_at or clock.now()
+    elapsed = (end - batch.started_at).total_seconds() if batch.started_at else 0
     return {
         "status": batch.status,
         "total": batch.total,

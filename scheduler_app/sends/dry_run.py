@@ -2,7 +2,7 @@
 
 Runs the real audience query, renders every message through the same
 MessageTemplate as the send, and writes a report through Django's storage
-API: a summary, then one line per recipient (key, address, subject, body
+API (DRY_RUN_STORAGE): a summary, then one line per recipient (key, address, subject, body
 length, problems). No provider is touched.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.core.files.base import ContentFile
-from django.core.files.storage import default_storage
+from django.core.files.storage import Storage, storages
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
@@ -25,7 +25,13 @@ from scheduler_app.models import SendBatch
 from scheduler_app.sends.audience import get_audience
 from scheduler_app.sends.rendering import LEFTOVER_SYNTAX, RenderError
 
+#: The reports' folder in the storage.
 REPORT_DIR = "scheduler_app/dry-runs"
+
+
+def report_storage() -> Storage:
+    """Return the storage dry-run reports are written to and read from (DRY_RUN_STORAGE)."""
+    return storages[app_settings.DRY_RUN_STORAGE]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -117,7 +123,7 @@ def dry_run(batch: SendBatch) -> DryRunReport:
         )
     }
     now = clock.now()
-    path = default_storage.save(
+    path = report_storage().save(
         "%s/batch-%s-%s.txt" % (REPORT_DIR, batch.pk, now.strftime("%Y%m%dT%H%M%SZ")),
         ContentFile(_report_text(batch, summary, lines).encode()),
     )

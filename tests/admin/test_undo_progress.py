@@ -70,7 +70,13 @@ def test_undo_inside_the_window_cancels_the_batch_and_its_lanes(
     response = admin.post(undo_url(batch))
     assert response.status_code == 302
     assert response["Location"] == change("sendbatch", batch.pk)
-    assert messages_of(response) == [("success", "Undone: Spring news will not be sent.")]
+    assert messages_of(response) == [
+        (
+            "success",
+            "Undone: Spring news will not be sent. "
+            "To fix it and send it again, use Duplicate as draft.",
+        )
+    ]
     stored = SendBatch.objects.get(pk=batch.pk)
     assert (stored.status, stored.status_reason, stored.status_changed_by) == (
         Status.CANCELLED,

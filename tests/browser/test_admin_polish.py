@@ -154,7 +154,10 @@ def test_every_batch_page_action_works_from_the_keyboard(admin_page):
 
     tab_to(page, page.get_by_role("button", name="Undo"))
     submit(page, "Enter")
-    assert message(page, "success") == "Undone: Spring news will not be sent."
+    assert (
+        message(page, "success") == "Undone: Spring news will not be sent. "
+        "To fix it and send it again, use Duplicate as draft."
+    )
     assert batch_status(batch) == Status.CANCELLED
 
     other = scheduled_batch(name="Summer news")

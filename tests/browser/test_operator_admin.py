@@ -173,7 +173,10 @@ def test_schedule_with_an_undo_window_then_undo_inside_it(admin_page):
     assert 0 < seconds_left <= 30
     page.click("button.undo-button")
     page.wait_for_url("**/sendbatch/%s/change/" % batch.pk)
-    assert message(page, "success") == "Undone: Spring news will not be sent."
+    assert (
+        message(page, "success") == "Undone: Spring news will not be sent. "
+        "To fix it and send it again, use Duplicate as draft."
+    )
     assert page.locator(".undo-box").is_hidden()
     assert batch_status(batch) == Status.CANCELLED
     assert lanes_unfinished(batch) == 0

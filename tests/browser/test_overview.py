@@ -39,3 +39,22 @@ def test_the_lateness_chart_draws_from_inline_svg_alone(admin_page):
     assert bars.nth(1).locator("title").text_content().endswith(": 8 s")
     # Nothing but the live server was asked for anything: no CDN, no chart library.
     assert requests and all(url.startswith(page.url.split("/admin/")[0]) for url in requests)
+
+
+def test_a_pause_shows_first_on_the_open_overview_without_a_reload(admin_page):
+    from scheduler_app import controls
+
+    page = admin_page
+    page.goto("/admin/scheduler_app/operationsoverview/")
+    assert "Nothing is paused." in page.locator(".scheduler-rates").inner_text()
+    page.evaluate("window.notReloaded = true")
+    controls.pause("global", reason="Provider incident")
+    page.wait_for_function(
+        "() => document.querySelector('#content-main h2').textContent === 'Paused: 1'",
+        timeout=10_000,
+    )
+    assert page.locator("tr.scheduler-paused").inner_text().split("\t")[:2] == [
+        "⏸ Everything",
+        "Provider incident",
+    ]
+    assert page.evaluate("window.notReloaded") is True
