@@ -196,6 +196,30 @@ def test_an_esp_reporting_each_retry_of_one_delayed_message_counts_one_soft_boun
 
 
 @pytest.mark.django_db
+def test_each_retry_of_one_delayed_single_message_counts_one_soft_bounce():
+    """A single message has no recipient row: its reports count once by its message id
+    (with or without angle brackets), and another message or a report naming none counts."""
+    for retry in range(3):
+        anymail_event(
+            "deferred",
+            event_id="reset-%s" % retry,
+            recipient="ann@example.com",
+            message_id="<reset-1@example.com>" if retry else "reset-1@example.com",
+        )
+    assert not Suppression.objects.exists()
+    assert set(FeedbackEvent.objects.values_list("message", flat=True)) == {"reset-1@example.com"}
+
+    anymail_event(
+        "deferred", event_id="other", recipient="ann@example.com", message_id="<other@example.com>"
+    )
+    assert not Suppression.objects.exists()
+    anymail_event("deferred", event_id="unnamed", recipient="ann@example.com")
+
+    row = Suppression.objects.get()
+    assert (row.reason, row.detail) == ("soft_bounces", "3 soft bounces within 604800.0s")
+
+
+@pytest.mark.django_db
 def test_the_webhook_records_signed_events_and_counts_duplicates(client, sent_batch):
     bob = recipient(sent_batch, "bob@example.com")
     events = [
