@@ -11,6 +11,7 @@ import django
 import pytest
 from anymail.signals import AnymailTrackingEvent, tracking
 from django.core import mail
+from django.db import connection
 from django.test import override_settings
 
 from scheduler_app import clock
@@ -217,6 +218,20 @@ def test_each_retry_of_one_delayed_single_message_counts_one_soft_bounce():
 
     row = Suppression.objects.get()
     assert (row.reason, row.detail) == ("soft_bounces", "3 soft bounces within 604800.0s")
+
+
+@pytest.mark.django_db
+def test_a_worker_of_the_previous_release_still_records_feedback_events():
+    """Migration 0030 is additive: an insert without the new column gets ''."""
+    columns = "event_id, kind, source, address, detail, occurred_at, recorded_at"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO %s (%s) VALUES (%%s, %%s, %%s, %%s, %%s, %%s, %%s)"
+            % (FeedbackEvent._meta.db_table, columns),
+            ["old", "soft_bounce", "anymail", "ann@example.com", "", T0, T0],
+        )
+
+    assert FeedbackEvent.objects.get().message == ""
 
 
 @pytest.mark.django_db
