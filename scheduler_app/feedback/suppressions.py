@@ -228,11 +228,23 @@ class Feedback:
 def source_event_id(source: str, event_id: str) -> str:
     """Return the stored id of a source's event: prefixed, and hashed if it would not fit or
     holds what a database cannot store (the same id always gives the same hash)."""
-    stored = "%s:%s" % (source, event_id)
+    return _fitting("%s:" % source, event_id)
+
+
+def message_of(event: Feedback) -> str:
+    """Return the message an event is about, as stored: the provider's message id without
+    its angle brackets, else the send's idempotency key ('' if it names neither)."""
+    found = event.message_id.strip().strip("<>").strip() or event.idempotency_key.strip()
+    return _fitting("", found) if found else ""
+
+
+def _fitting(prefix: str, text: str) -> str:
+    """Return ``prefix + text`` if a 255-character column can hold it, else the prefix and
+    the text's SHA-256 (the same text always gives the same hash)."""
+    stored = prefix + text
     if len(stored) <= 255 and is_storable_text(stored):
         return stored
-    digest = hashlib.sha256(event_id.encode(errors="surrogatepass")).hexdigest()
-    return "%s:sha256:%s" % (source, digest)
+    return "%ssha256:%s" % (prefix, hashlib.sha256(text.encode(errors="surrogatepass")).hexdigest())
 
 
 def record_event(event: Feedback) -> FeedbackEvent | None:
@@ -274,6 +286,7 @@ def record_event(event: Feedback) -> FeedbackEvent | None:
                 address=address,
                 batch_id=recipient.batch_id if recipient else None,
                 recipient=recipient,
+                message=message_of(event),
                 detail=event.detail[:2000],
                 # In UTC: PostgreSQL takes offsets only to +-15:59, which a source's
                 # ISO 8601 (+-23:59) or an ESP's timestamp may pass. The same instant.
@@ -308,15 +321,18 @@ def _apply(event: FeedbackEvent, scope: str | None) -> None:
         return
     # A soft bounce: suppressed once there were enough of them within the window. ESPs report
     # each retry of one delayed message (greylisting): a message counts once, by its recipient
-    # row; a report tied to no recipient counts on its own.
+    # row, else by its message id or key (single messages have no recipient row); only a
+    # report that names no message counts on its own.
     since = event.occurred_at - dt.timedelta(seconds=app_settings.SOFT_BOUNCE_WINDOW)
+    untied = Q(recipient__isnull=True)
     counts = FeedbackEvent.objects.filter(
         address=event.address, kind=Kind.SOFT_BOUNCE, occurred_at__gte=since
     ).aggregate(
-        messages=Count("recipient", distinct=True),
-        untied=Count("pk", filter=Q(recipient__isnull=True)),
+        recipients=Count("recipient", distinct=True),
+        messages=Count("message", distinct=True, filter=untied & ~Q(message="")),
+        unnamed=Count("pk", filter=untied & Q(message="")),
     )
-    recent = counts["messages"] + counts["untied"]
+    recent = counts["recipients"] + counts["messages"] + counts["unnamed"]
     if recent >= app_settings.SOFT_BOUNCE_LIMIT:
         suppress(
             event.address,

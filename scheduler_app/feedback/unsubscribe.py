@@ -1,10 +1,11 @@
 """One-click unsubscribe (RFC 8058): signed per-recipient links and the headers that carry them.
 
-A token signs what the message was: ``r<recipient id>`` for a batch recipient,
-``m<job id>`` for a single message sent with an unsubscribe scope. It carries no
-address, so the link works while that row is kept (see the retention settings) and
-says so afterwards. Tokens are signed with Django's signing (SECRET_KEY, and
-SECRET_KEY_FALLBACKS while you rotate it).
+A batch recipient's token signs ``r<recipient id>``: it carries no address, so the link
+works while that row is kept (see the retention settings) and says so afterwards. A single
+message's token signs its job id, address and scope: the message can sit in an inbox long
+after its job is pruned, and the link must still work. Tokens of single messages sent before
+(``m<job id>``) are still read, while their job is kept. Tokens are signed with Django's
+signing (SECRET_KEY, and SECRET_KEY_FALLBACKS while you rotate it).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import zlib
 from collections.abc import Mapping
 from urllib.parse import quote
 
@@ -68,10 +70,16 @@ def subscriber(token: str) -> Subscriber:
 
 
 def _subscriber(token: str) -> Subscriber:
+    signer = signing.Signer(salt=SALT)
     try:
-        value = signing.Signer(salt=SALT).unsign(token)
+        value = signer.unsign(token)
     except signing.BadSignature as exc:
         raise BadUnsubscribeToken() from exc
+    if value[:1] not in ("r", "m"):
+        try:
+            return _message_subscriber(signer.unsign_object(token))
+        except (ValueError, zlib.error) as exc:  # signed by us, but not a token we make
+            raise BadUnsubscribeToken() from exc
     kind, digits = value[:1], value[1:]
     if not (digits.isascii() and digits.isdigit() and len(digits) <= 19):
         raise BadUnsubscribeToken()
@@ -94,13 +102,32 @@ def _subscriber(token: str) -> Subscriber:
     raise BadUnsubscribeToken()
 
 
+def _message_subscriber(value: object) -> Subscriber:
+    """Return who a single message's token stands for, from what the token signs."""
+    if not isinstance(value, dict):
+        raise BadUnsubscribeToken()
+    job_id, address, scope = value.get("m"), value.get("to"), value.get("s")
+    if not (isinstance(job_id, int) and isinstance(address, str) and isinstance(scope, str)):
+        raise BadUnsubscribeToken()
+    return Subscriber(address=address, scope=scope, job_id=job_id)
+
+
 @functools.lru_cache(maxsize=16)
-def _link_parts(base: str, urlconf: str, prefix: str) -> tuple[str, str]:
+def _link_parts(base: str, urlconf: str, thread_prefix: str, site_prefix: str) -> tuple[str, str]:
     """Return the one-click endpoint's absolute URL around the token, reversed once per
-    URLconf and script prefix."""
+    URLconf and script prefixes.
+
+    The site's prefix replaces the thread's: a lane builds links on a worker thread, whose
+    script prefix is '/' whatever path the site lives under.
+    """
     path = reverse("scheduler_app_feedback:unsubscribe", args=[_MARKER], urlconf=urlconf)
-    before, after = path.split(_MARKER)
+    before, after = (site_prefix + path[len(thread_prefix) :]).split(_MARKER)
     return base.rstrip("/") + before, after
+
+
+def _site_prefix() -> str:
+    """Return the path the site lives under, as FORCE_SCRIPT_NAME says ('/' if unset)."""
+    return (settings.FORCE_SCRIPT_NAME or "").rstrip("/") + "/"
 
 
 #: Stands for the token while the URL is reversed; tokens never contain it.
@@ -125,12 +152,21 @@ class UnsubscribeLinks:
         return self.signer.sign("r%d" % recipient_id)
 
     def message_token(self, job_id: int) -> str:
-        """Return the signed token of a single message's link."""
-        return self.signer.sign("m%d" % job_id)
+        """Return the signed token of a single message's link: its job id, address and
+        scope, so the link outlives the job."""
+        payload = Job.objects.values_list("payload", flat=True).get(pk=job_id)
+        return self.signer.sign_object(
+            {"m": job_id, "to": payload["to"], "s": payload["unsubscribe_scope"]}
+        )
 
     @functools.cached_property
     def _around_token(self) -> tuple[str, str]:
-        return _link_parts(self.base, get_urlconf() or settings.ROOT_URLCONF, get_script_prefix())
+        return _link_parts(
+            self.base,
+            get_urlconf() or settings.ROOT_URLCONF,
+            get_script_prefix(),
+            _site_prefix(),
+        )
 
     def headers(self, token: str) -> dict[str, str]:
         """Return the List-Unsubscribe headers for ``token`` ({} when PUBLIC_BASE_URL is

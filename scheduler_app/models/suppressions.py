@@ -111,6 +111,14 @@ class FeedbackEvent(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # db_default: workers of the previous release insert rows without this column.
+    message = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("The provider's message id (or the send's key) the event is about."),
+    )
     detail = models.TextField(blank=True, default="")
     occurred_at = models.DateTimeField(default=clock.now)
     recorded_at = models.DateTimeField(default=clock.now)

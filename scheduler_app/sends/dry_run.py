@@ -22,6 +22,7 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.feedback.suppressions import skip_reasons
 from scheduler_app.models import SendBatch
+from scheduler_app.sends.addresses import address_problem
 from scheduler_app.sends.audience import get_audience
 from scheduler_app.sends.rendering import LEFTOVER_SYNTAX, RenderError
 
@@ -148,22 +149,6 @@ def _with_suppression(
         reasons = skip_reasons([row["address"] for row in part if row["address"]], batch)
         for row in part:
             yield row, reasons.get(row["address"], "")
-
-
-def address_problem(address: str) -> str:
-    """Return why ``address`` cannot be a valid email address, or ''."""
-    if any(char.isspace() for char in address):
-        return "address cannot be valid: it contains a space"
-    local, at, domain = address.partition("@")
-    if not at:
-        return "address cannot be valid: no '@'"
-    if "@" in domain:
-        return "address cannot be valid: more than one '@'"
-    if not local:
-        return "address cannot be valid: nothing before '@'"
-    if not domain:
-        return "address cannot be valid: nothing after '@'"
-    return ""
 
 
 def _duplicate_of(row: dict, first_with: dict[str, tuple[str, str]]) -> str:

@@ -164,6 +164,28 @@ def test_dry_run_runs_the_real_audience_query_with_its_parameters(customer, make
 
 
 @pytest.mark.django_db
+def test_the_dry_run_flags_the_addresses_a_send_refuses(customer, make_batch):
+    """One rule (sends.addresses): a host without a dot, no dot in the domain, two dots."""
+    refused = ("user@localhost", "user@nodot", "a..b@x.com")
+    flagged = [customer(address, LONG_NAME) for address in refused]
+    ok = customer("user@mail.example.com", LONG_NAME)
+    batch = make_batch(
+        status=SendBatch.Status.DRAFT, subject_template="News", text_template="{{ first_name }}"
+    )
+
+    report = dry_run(batch)
+
+    assert report.summary["invalid_addresses"] == 3
+    assert read_report(report.path).splitlines()[-4:] == [
+        "%s\t%s\tNews\t%s\t%s" % (c.pk, c.email, 25, problem)
+        for c, problem in [
+            *((c, "address cannot be valid: not an email address a send accepts") for c in flagged),
+            (ok, "ok"),
+        ]
+    ]
+
+
+@pytest.mark.django_db
 def test_addresses_that_cannot_be_valid_and_case_only_duplicates_are_flagged_on_their_line(
     customer, make_batch
 ):

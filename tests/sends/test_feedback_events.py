@@ -11,6 +11,7 @@ import django
 import pytest
 from anymail.signals import AnymailTrackingEvent, tracking
 from django.core import mail
+from django.db import connection
 from django.test import override_settings
 
 from scheduler_app import clock
@@ -193,6 +194,44 @@ def test_an_esp_reporting_each_retry_of_one_delayed_message_counts_one_soft_boun
         )
     row = Suppression.objects.get()
     assert (row.reason, row.detail) == ("soft_bounces", "3 soft bounces within 604800.0s")
+
+
+@pytest.mark.django_db
+def test_each_retry_of_one_delayed_single_message_counts_one_soft_bounce():
+    """A single message has no recipient row: its reports count once by its message id
+    (with or without angle brackets), and another message or a report naming none counts."""
+    for retry in range(3):
+        anymail_event(
+            "deferred",
+            event_id="reset-%s" % retry,
+            recipient="ann@example.com",
+            message_id="<reset-1@example.com>" if retry else "reset-1@example.com",
+        )
+    assert not Suppression.objects.exists()
+    assert set(FeedbackEvent.objects.values_list("message", flat=True)) == {"reset-1@example.com"}
+
+    anymail_event(
+        "deferred", event_id="other", recipient="ann@example.com", message_id="<other@example.com>"
+    )
+    assert not Suppression.objects.exists()
+    anymail_event("deferred", event_id="unnamed", recipient="ann@example.com")
+
+    row = Suppression.objects.get()
+    assert (row.reason, row.detail) == ("soft_bounces", "3 soft bounces within 604800.0s")
+
+
+@pytest.mark.django_db
+def test_a_worker_of_the_previous_release_still_records_feedback_events():
+    """Migration 0030 is additive: an insert without the new column gets ''."""
+    columns = "event_id, kind, source, address, detail, occurred_at, recorded_at"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO %s (%s) VALUES (%%s, %%s, %%s, %%s, %%s, %%s, %%s)"
+            % (FeedbackEvent._meta.db_table, columns),
+            ["old", "soft_bounce", "anymail", "ann@example.com", "", T0, T0],
+        )
+
+    assert FeedbackEvent.objects.get().message == ""
 
 
 @pytest.mark.django_db

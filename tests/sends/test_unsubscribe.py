@@ -73,6 +73,24 @@ def test_a_mailto_target_is_offered_beside_the_https_link(customer, make_batch):
     assert mailto == "<mailto:leave@example.com?subject=unsubscribe%%20%s>" % quote(token)
 
 
+@pytest.mark.django_db
+@override_settings(FORCE_SCRIPT_NAME="/app")
+def test_under_a_sub_path_a_batch_links_to_the_site_s_prefix_and_the_link_works(
+    client, customer, make_batch
+):
+    """A lane builds links on a thread whose script prefix is '/': FORCE_SCRIPT_NAME counts."""
+    customer("ann@example.com", "Ann")
+    batch = make_batch(provider="email")
+
+    run_lane_now(batch)
+
+    link = mail.outbox[0].extra_headers["List-Unsubscribe"]
+    match = re.match(r"^<https://mail\.example\.com/app(?P<path>/mail/unsubscribe/[^/>]+/)>$", link)
+    assert match, link
+    assert client.post(match["path"]).status_code == 200  # the server strips /app
+    assert Suppression.objects.filter(address="ann@example.com").exists()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_transactional_message_has_no_unsubscribe_header_unless_asked_for(client):
     receipt = send_message("ann@example.com", "Your receipt", "Thanks, Ann.")
@@ -91,6 +109,32 @@ def test_a_transactional_message_has_no_unsubscribe_header_unless_asked_for(clie
     assert Suppression.objects.filter(
         address="bob@example.com", scope="weekly-digest", reason="unsubscribed"
     ).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_single_message_link_still_unsubscribes_after_its_job_is_pruned(client):
+    """The token signs the address and scope: the link outlives job retention."""
+    digest = send_message("bob@example.com", "Digest", "Hi Bob", unsubscribe_scope="digest")
+    with running_worker():
+        wait_for_status(digest, Job.Status.SUCCEEDED)
+    token = one_click_token(mail.outbox[0])
+    Job.objects.filter(pk=digest.pk).delete()  # pruned by retention
+
+    assert client.post("/mail/unsubscribe/%s/" % token).status_code == 200
+    assert Suppression.objects.filter(
+        address="bob@example.com", scope="digest", reason="unsubscribed"
+    ).exists()
+    assert FeedbackEvent.objects.get().event_id == "link:m%s" % digest.pk
+
+
+@pytest.mark.django_db
+def test_a_single_message_link_sent_before_tokens_carried_the_address_still_works(client):
+    """Tokens already in inboxes (``m<job id>``) keep working while their job is kept."""
+    digest = send_message("bob@example.com", "Digest", "Hi Bob", unsubscribe_scope="digest")
+    old_token = signing.Signer(salt=SALT).sign("m%d" % digest.pk)
+
+    assert client.post("/mail/unsubscribe/%s/" % old_token).status_code == 200
+    assert Suppression.objects.filter(address="bob@example.com", scope="digest").exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -227,6 +271,8 @@ def test_after_unsubscribing_an_idn_address_the_page_says_it_is_done(client, cus
         pytest.param("tampered", id="not-signed"),
         pytest.param(signing.Signer(salt="another salt").sign("r1"), id="other-salt"),
         pytest.param(signing.Signer(salt=SALT).sign("x1"), id="unknown-kind"),
+        pytest.param(signing.Signer(salt=SALT).sign_object(["m1"]), id="object-not-a-message"),
+        pytest.param(signing.Signer(salt=SALT).sign_object({"m": 1}), id="message-without-address"),
         pytest.param(signing.Signer(salt=SALT).sign("r1e9"), id="not-a-number"),
         pytest.param(signing.Signer(salt=SALT).sign("r" + "9" * 30), id="too-long"),
     ],
