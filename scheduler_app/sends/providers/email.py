@@ -11,10 +11,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.mail import EmailMultiAlternatives, get_connection
-from django.core.validators import validate_email
 from django.utils.encoding import punycode
 
 from scheduler_app.conf import app_settings, message_id_domain
+from scheduler_app.sends.addresses import validate_address
 from scheduler_app.sends.providers import (
     PermanentSendError,
     RefusedAtRcpt,
@@ -111,7 +111,7 @@ class DjangoEmailProvider:
         try:
             # Checked here, not left to the message's headers: how Python's email
             # package refuses a bad address differs between versions (even IndexError).
-            validate_email(message.to)
+            validate_address(message.to)  # the dry-run's rule too (sends.addresses)
         except ValidationError as exc:
             raise PermanentSendError(
                 "The address %r is not a valid email address." % message.to
