@@ -474,7 +474,7 @@ WHERE r.id = due.id
 RETURNING r.id, r.recipient_key, r.address, r.timezone, r.context::text, r.attempts
 """
 """Claim a chunk of a batch's due recipients, earliest due first; SKIP LOCKED so workers
-share a batch. No attempt is charged here: MARK_AND_BEGIN charges the one being sent.
+share a batch. No attempt is charged here: MARK_AND_BEGIN charges the ones being sent.
 Only the partial index scheduler_recipient_due gives this order, so the plan does not
 depend on statistics that know nothing yet of a batch just frozen. The locking query runs
 once, as a MATERIALIZED CTE: see CLAIM."""
@@ -536,15 +536,17 @@ MARK_AND_BEGIN = f"""
 WITH {_MARKED}, begun AS (
     UPDATE {RECIPIENT}
     SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%s")} + %s
-    WHERE id = %s AND claimed_by = (SELECT %s::text) AND status = 'pending'
-    RETURNING attempts
+    WHERE id = ANY(%s::bigint[]) AND claimed_by = (SELECT %s::text) AND status = 'pending'
+    RETURNING id, attempts
 )
-SELECT (SELECT array_agg(status) FROM marked), (SELECT attempts FROM begun)
+SELECT (SELECT array_agg(status) FROM marked), (SELECT array_agg(id) FROM begun),
+       (SELECT array_agg(attempts) FROM begun)
 """
-"""Record the previous recipients' outcomes (see _MARKED, none is fine), then check that
-the claim still owns the next recipient, charge it the attempt about to be made and
-extend its claim over the provider call; one statement and one commit, so the markers
-commit before that call. No ``begun`` row: another lane took the recipient over."""
+"""Record the outcomes of the calls that returned (see _MARKED, none is fine), then check
+that the claim still owns the next recipients, charge each the attempt about to be made
+and extend their claims over the provider calls; one statement and one commit, so the
+markers and the attempts commit before those calls. A recipient missing from ``begun``:
+another lane took it over."""
 
 MARK_ONE_AND_BEGIN = f"""
 WITH marked AS (
@@ -680,26 +682,27 @@ def claim_recipients(
         return cursor.fetchall()
 
 
-def begin_recipient(
+def mark_and_begin(
     *,
-    recipient_id: int,
+    recipient_ids: Sequence[int],
     claim: str,
     claim_for: dt.timedelta,
     batch_id: int,
     marks: Sequence = (),
-) -> tuple[int | None, list[str]]:
-    """Record ``marks`` (see mark_recipients), then charge the attempt about to be made if
-    ``claim`` still owns the recipient, extending its claim by ``claim_for``; return (its
-    attempt or None, statuses marked)."""
-    if len(marks) <= 1:
-        return _mark_one_and_begin(
-            recipient_id=recipient_id,
+) -> tuple[dict[int, int], list[str]]:
+    """Record ``marks`` (see mark_recipients), then charge the attempt about to be made to
+    each of ``recipient_ids`` that ``claim`` still owns, extending its claim by
+    ``claim_for``; return ({recipient id: its attempt}, statuses marked)."""
+    if len(recipient_ids) == 1 and len(marks) <= 1:
+        attempt, kept = _mark_one_and_begin(
+            recipient_id=recipient_ids[0],
             claim=claim,
             claim_for=claim_for,
             batch_id=batch_id,
             mark=marks[0] if marks else None,
         )
-    columns = [list(column) for column in zip(*marks, strict=True)]
+        return ({} if attempt is None else {recipient_ids[0]: attempt}), kept
+    columns = [list(column) for column in zip(*marks, strict=True)] if marks else [[]] * 7
     with bound_cursor() as cursor:
         cursor.execute(
             MARK_AND_BEGIN,
@@ -711,12 +714,12 @@ def begin_recipient(
                 clock.frozen_at(),
                 clock.frozen_at(),
                 claim_for,
-                recipient_id,
+                list(recipient_ids),
                 claim,
             ],
         )
-        statuses, attempt = cursor.fetchone()
-    return attempt, list(statuses or [])
+        statuses, ids, attempts = cursor.fetchone()
+    return dict(zip(ids or [], attempts or [], strict=True)), list(statuses or [])
 
 
 def _mark_one_and_begin(
@@ -727,7 +730,7 @@ def _mark_one_and_begin(
     batch_id: int,
     mark: Sequence | None,
 ) -> tuple[int | None, list[str]]:
-    """begin_recipient() with at most one mark (see MARK_ONE_AND_BEGIN)."""
+    """mark_and_begin() of one recipient with at most one mark (see MARK_ONE_AND_BEGIN)."""
     marked, status, sent_at, message_id, error, next_attempt_at, refund = mark or (
         (None, "", None, "", "", None, 0)
     )

@@ -250,14 +250,10 @@ WHERE id IN (
     ORDER BY next_attempt_at, id
     LIMIT %s
 )
-RETURNING id, recipient_key, address, timezone, context, attempts
+RETURNING id, recipient_key, address, timezone, context, attempts, next_attempt_at
 """
-
-BEGIN_RECIPIENT = f"""
-UPDATE {RECIPIENT} SET attempts = attempts + 1, claimed_until = %s
-WHERE id = %s AND claimed_by = %s AND status = 'pending'
-RETURNING attempts
-"""
+"""Claim a chunk of a batch's due recipients. SQLite returns an UPDATE's rows in table
+order, not the subquery's: claim_recipients() puts them back in due order."""
 
 BEGIN_RECIPIENTS = f"""
 UPDATE {RECIPIENT} SET attempts = attempts + 1, claimed_until = %s
@@ -310,7 +306,7 @@ def freeze_recipients(
 def claim_recipients(
     *, batch_id: int, claim: str, limit: int, claim_for: dt.timedelta
 ) -> list[tuple]:
-    """Claim up to ``limit`` due recipients of a batch for ``claim_for``."""
+    """Claim up to ``limit`` due recipients of a batch for ``claim_for``, earliest due first."""
     adapt = connection.ops.adapt_datetimefield_value
     now = read_now()
     with connection.cursor() as cursor:
@@ -318,26 +314,26 @@ def claim_recipients(
             CLAIM_RECIPIENTS,
             [claim, adapt(now + claim_for), batch_id, adapt(now), adapt(now), limit],
         )
-        return cursor.fetchall()
+        rows = cursor.fetchall()
+    rows.sort(key=lambda row: (row[-1], row[0]))  # stored as text in a sortable form
+    return [row[:-1] for row in rows]
 
 
-def begin_recipient(
+def mark_and_begin(
     *,
-    recipient_id: int,
+    recipient_ids: Sequence[int],
     claim: str,
     claim_for: dt.timedelta,
     batch_id: int,
     marks: Sequence = (),
-) -> tuple[int | None, list[str]]:
-    """Record ``marks``, then charge the attempt about to be made if ``claim`` still owns the
-    recipient; return (its attempt or None, statuses marked). One transaction."""
-    adapt = connection.ops.adapt_datetimefield_value
+) -> tuple[dict[int, int], list[str]]:
+    """Record ``marks``, then charge the attempt about to be made to each of
+    ``recipient_ids`` that ``claim`` still owns; return ({recipient id: its attempt},
+    statuses marked). One transaction."""
     with transaction.atomic():
         kept = mark_recipients(marks, claim=claim, batch_id=batch_id) if marks else []
-        with connection.cursor() as cursor:
-            cursor.execute(BEGIN_RECIPIENT, [adapt(read_now(claim_for)), recipient_id, claim])
-            row = cursor.fetchone()
-    return (None if row is None else row[0]), kept
+        attempts = begin_recipients(recipient_ids=recipient_ids, claim=claim, claim_for=claim_for)
+    return attempts, kept
 
 
 def begin_recipients(

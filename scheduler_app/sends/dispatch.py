@@ -316,6 +316,8 @@ class Lane:
         self.errors_cleared = False
         #: Whether the provider accepted a message in this run (see RefusedAtRcpt).
         self.provider_accepted = False
+        #: Recipients rendered and about to begin: (index in the chunk, id, key, message).
+        self.ready: list[tuple[int, int, str, Message]] = []
 
     def run(self) -> dict[str, int]:
         """Send chunks until none is due, the batch stops sending, or the worker stops."""
@@ -373,6 +375,9 @@ class Lane:
         except Exception:
             while self.window.in_flight:  # their outcomes are markers to write too
                 self._settle(wait=None)
+            # Rendered and not begun: back as they were.
+            self.unmarked.extend(Outcome(r[1], Status.PENDING, error=None) for r in self.ready)
+            self.ready = []
             # The group's recipients not called yet go back with their attempt refunded.
             self.unmarked.extend(
                 Outcome(recipient_id, Status.PENDING, refund=1)
@@ -399,8 +404,10 @@ class Lane:
         chunk_ids = tuple(row[0] for row in rows)
         for reached, (recipient_id, key, address, _tz, context, attempts) in enumerate(rows):
             # The rows not marked yet stay claimed, or another lane may take them: the rest
-            # of the chunk, and the calls in flight (the keeper knows those).
-            self.keeper.hold(chunk_ids, 0 if self.marks_per_chunk else reached)
+            # of the chunk (from the first one rendered and not begun yet), and the calls in
+            # flight (the keeper knows those).
+            start = self.ready[0][0] if self.ready else reached
+            self.keeper.hold(chunk_ids, 0 if self.marks_per_chunk else start)
             halt = self._wait_for_room()
             if halt:
                 break
@@ -438,13 +445,21 @@ class Lane:
                 continue
             message = self.unsubscribe.add(message, self.unsubscribe.recipient_token(recipient_id))
             if limited:
+                self._start_ready()
                 self._mark()  # a marker never waits for the limiter
                 if not limiter.wait_for_token(
                     self.batch.rate_limit_key, should_stop=self._halt_while_waiting
                 ):
                     halt = self._why_halt() or "worker stopping"
                     break
-            if self.marks_per_chunk and recipient_id not in self.begun:
+            if not self.marks_per_chunk:
+                # Begun in groups: the markers of the calls that returned and the attempts
+                # of the next calls, one statement (see _start_ready).
+                self.ready.append((reached, recipient_id, key, message))
+                if limited or self._room() <= 0:
+                    self._start_ready()
+                continue
+            if recipient_id not in self.begun:
                 self._begin_group(
                     [
                         row[0]
@@ -452,24 +467,27 @@ class Lane:
                         if row[5] < app_settings.RECIPIENT_MAX_ATTEMPTS and row[2] not in suppressed
                     ]
                 )
-            self._call(message, key, recipient_id)
+            self._call(message, key, recipient_id, self.begun.pop(recipient_id, None))
         else:
             reached = len(rows)
+            self._start_ready()
         # Every call in flight returns and is marked before the chunk ends.
         while self.window.in_flight:
-            self._settle(wait=HALT_RECHECK)
-        # The rest of the chunk goes back as it was (no attempt used); after a SlowDown
-        # it waits as long as the provider asked.
+            self._settle(wait=HALT_RECHECK, mark=True)
+        # The rest of the chunk goes back as it was (no attempt used), with those rendered
+        # and not begun; after a SlowDown it waits as long as the provider asked.
         wait = self.slow_down.delay if self.slow_down else None
+        back = [ready[1] for ready in self.ready] + [row[0] for row in rows[reached:]]
+        self.ready = []
         self.unmarked.extend(
             Outcome(
-                row[0],
+                recipient_id,
                 Status.PENDING,
                 next_attempt_at=clock.now() + wait if wait else None,
                 error=str(self.slow_down) if wait else None,  # None: keep its last error
-                refund=self._uncalled(row[0]),
+                refund=self._uncalled(recipient_id),
             )
-            for row in rows[reached:]
+            for recipient_id in back
         )
         self.begun = {}
         self._mark()
@@ -499,27 +517,57 @@ class Lane:
                     return str(self.slow_down)  # the chunk goes back; the lane waits
                 resume = self.slowed_at + self.slow_down.delay.total_seconds()
                 if time.monotonic() < resume:
-                    self._settle(wait=min(resume - time.monotonic(), HALT_RECHECK))
+                    self._settle(wait=min(resume - time.monotonic(), HALT_RECHECK), mark=True)
                     continue
                 self.slow_down = None
-            if self.window.has_room():
+            if self._room() > 0:
                 return ""
+            if self.ready:
+                self._start_ready()
+                continue
+            # The window is full: wait for a call to return. Its marker goes with the next
+            # attempts (one commit), unless nothing follows it: the chunk's end marks it.
             self._settle(wait=HALT_RECHECK)
 
     def _halt_while_waiting(self) -> bool:
         """While waiting for a rate-limit token: mark the calls that returned; True to stop."""
-        self._settle()
+        self._settle(mark=True)
         return bool(self._why_halt())
 
-    def _settle(self, *, wait: float | None = 0.0) -> None:
+    def _room(self) -> int:
+        """Return how many more calls may start now (the window less those in flight and
+        those rendered, about to begin)."""
+        return self.window.size - self.window.in_flight - len(self.ready)
+
+    def _settle(self, *, wait: float | None = 0.0, mark: bool = False) -> None:
         """Take the outcomes of the calls that returned (waiting up to ``wait`` seconds for
-        one, None: for ever) and mark them, unless the lane's next begin writes them."""
+        one, None: for ever); mark them now if ``mark``, or if the lane stops (otherwise the
+        next begin writes them, in the same commit)."""
         finished = self.window.done(wait=wait)
         for recipient_id, outcome, exc in finished:
             self.keeper.returned(recipient_id)
             self._add(self._outcome_of(recipient_id, outcome, exc))
-        if finished and (wait != 0.0 or not self.window.has_room() or self.stop_reason):
+        if finished and (mark or self.stop_reason):
             self._mark()
+
+    def _start_ready(self) -> None:
+        """Begin the recipients rendered and waiting, in one statement that also writes the
+        markers of the calls that returned; then start their provider calls."""
+        if not self.ready:
+            return
+        ready, self.ready = self.ready, []
+        attempts, kept = backend().mark_and_begin(
+            recipient_ids=[recipient_id for _, recipient_id, _, _ in ready],
+            claim=self.claim,
+            claim_for=self.claim_for,
+            batch_id=self.batch.pk,
+            marks=[o.as_row() for o in self.unmarked],
+        )
+        if self.unmarked:
+            self._count(kept, len(self.unmarked))
+            self.unmarked = []
+        for _, recipient_id, key, message in ready:
+            self._call(message, key, recipient_id, attempts.get(recipient_id))
 
     def _outcome_of(
         self, recipient_id: int, outcome: Outcome | None, exc: BaseException | None
@@ -585,28 +633,9 @@ class Lane:
         called, else 0."""
         return 1 if self.begun.pop(recipient_id, None) is not None else 0
 
-    def _begin(self, recipient_id: int) -> int | None:
-        """Return the attempt charged to the recipient about to be called, None if another
-        lane owns it now. Markers commit before the next provider call: with its attempt,
-        in one statement (an idempotent provider's were charged with its group)."""
-        if self.marks_per_chunk:
-            return self.begun.pop(recipient_id, None)
-        attempt, kept = backend().begin_recipient(
-            recipient_id=recipient_id,
-            claim=self.claim,
-            claim_for=self.claim_for,
-            batch_id=self.batch.pk,
-            marks=[o.as_row() for o in self.unmarked],
-        )
-        if self.unmarked:
-            self._count(kept, len(self.unmarked))
-            self.unmarked = []
-        return attempt
-
-    def _call(self, message: Message, key: str, recipient_id: int) -> None:
-        """Charge the attempt if the claim still owns the recipient, then start its provider
-        call in the window."""
-        attempt = self._begin(recipient_id)
+    def _call(self, message: Message, key: str, recipient_id: int, attempt: int | None) -> None:
+        """Start the provider call of a recipient charged ``attempt`` (None: another lane owns
+        it now, no call) in the window."""
         if attempt is None:
             logger.warning(
                 "recipient taken over, not sent batch=%s recipient=%s claim=%s",

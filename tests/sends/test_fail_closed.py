@@ -102,20 +102,6 @@ def test_a_variable_missing_for_everyone_sends_nothing(audience, make_batch):
 
 
 @pytest.mark.django_db
-def test_a_recipient_without_an_address_fails(customer, make_batch):
-    customer("", "Nobody")
-    customer("ann@example.com", "Ann")
-    batch = make_batch()
-
-    run_lane_now(batch)
-
-    assert marker_states(batch) == {
-        "": ("failed", "The recipient has no address."),
-        "ann@example.com": ("sent", ""),
-    }
-
-
-@pytest.mark.django_db
 def test_a_filter_failing_on_one_recipients_data_fails_only_that_recipient(customer, make_batch):
     customer("ann@example.com", "10")
     customer("bob@example.com", "n/a")
