@@ -38,7 +38,7 @@ import uuid
 from collections.abc import Callable, Mapping
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import F, Min
+from django.db.models import F, Max, Min
 from django.db.models.functions import Coalesce, Greatest
 
 from scheduler_app import clock
@@ -91,6 +91,8 @@ SLOW_DOWN_IN_LANE = dt.timedelta(seconds=10)
 HALT_RECHECK = 1.0
 #: Lane errors (exceptions, not crashes) in a row, with nothing marked, that pause the batch.
 LANE_ERRORS_BEFORE_PAUSE = 3
+#: A lane that finds the rest of the batch claimed by other lanes looks again this soon.
+OTHER_LANES_RECHECK = dt.timedelta(seconds=2)
 #: A lane hands its job back after this long and goes on in a fresh attempt.
 LANE_TURN = dt.timedelta(minutes=5)
 #: Why a recipient frozen without an address is skipped.
@@ -772,13 +774,15 @@ def _finish_lane(batch: SendBatch, counts: Mapping[str, int]) -> dict[str, int]:
     pending = Recipient.objects.filter(batch=batch, status=Status.PENDING, is_seed=False)
     # Due again when its retry time has come and no other lane's claim holds it.
     due = Greatest("next_attempt_at", Coalesce("claimed_until", "next_attempt_at"))
-    earliest = pending.aggregate(at=Min(due))["at"]
-    if earliest is not None:
+    found = pending.aggregate(at=Min(due), claimed=Max("claimed_until"))
+    if found["at"] is not None:
         # Retries and local delivery times still to come, or other lanes' claims.
-        raise RetryLater(
-            delay=max(earliest - clock.now(), dt.timedelta(seconds=1)),
-            reason="waiting for recipients due later",
-        )
+        delay = max(found["at"] - clock.now(), dt.timedelta(seconds=1))
+        if found["claimed"] is not None and found["claimed"] > clock.now():
+            # Another lane is sending its chunk: the next chunk is claimable within about a
+            # second of work, long before that claim would expire.
+            delay = min(delay, OTHER_LANES_RECHECK)
+        raise RetryLater(delay=delay, reason="waiting for recipients due later")
     now = clock.now()
     if SendBatch.objects.filter(pk=batch.pk, status=SendBatch.Status.SENDING).update(
         status=SendBatch.Status.COMPLETED, finished_at=now

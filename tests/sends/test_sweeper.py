@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 
 from scheduler_app import clock
+from scheduler_app.db import backend
 from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.sends.batches import schedule_batch
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK, start_sending
@@ -163,3 +164,23 @@ def test_a_worker_runs_two_lanes_of_a_batch_side_by_side(make_batch, two_custome
     assert second == {"sent": 1}
     batch.refresh_from_db()
     assert (batch.status, batch.sent) == ("completed", 2)
+
+
+@pytest.mark.django_db
+def test_a_lane_that_finds_the_rest_claimed_by_another_lane_looks_again_soon(
+    make_batch, two_customers
+):
+    """The other lane sends its chunk in about a second and claims the next: a lane that
+    slept until that chunk's claim expired (a minute) left the other to send alone."""
+    batch = make_batch()
+    start_sending(batch.pk)
+    claimed = backend().claim_recipients(
+        batch_id=batch.pk, claim="other-lane", limit=10, claim_for=dt.timedelta(minutes=1)
+    )
+    assert len(claimed) == 2
+
+    run = run_lane_now(batch)
+
+    assert run.retry is not None
+    assert run.retry.reason == "waiting for recipients due later"
+    assert run.retry.delay == dt.timedelta(seconds=2)
