@@ -39,6 +39,8 @@ LARGEST_INTEGER = 2**31 - 1
 LARGEST_BIGINT = 2**63 - 1
 #: Jobs one worker runs at once, each in a thread with its own database connection.
 MOST_CONCURRENCY = 1000
+#: Provider calls one lane keeps in flight, each on a sender thread of its own.
+MOST_SEND_WINDOW = 1000
 #: The lease is renewed every third of it: a 1 s lease leaves 2/3 s for a renewal's
 #: round trip and commit before a rescuer may take a running job away.
 SHORTEST_LEASE = 1.0
@@ -126,6 +128,13 @@ SETTING_BOUNDS: dict[str, Bound] = {
     "SCHEDULES_VERSION": INTEGER,
     "SCHEDULER_INTERVAL": SECONDS,
     "SEND_LANES": INTEGER,
+    "SEND_WINDOW": Bound(
+        MOST_SEND_WINDOW,
+        least=1,
+        integer=True,
+        why="Each call in flight is a sender thread of the lane with its own provider "
+        "connection; run more lanes instead.",
+    ),
     "SEND_CHUNK_SIZE": INTEGER,
     "SEND_CLAIM_SECONDS": SECONDS,
     "RECIPIENT_MAX_ATTEMPTS": INTEGER,
