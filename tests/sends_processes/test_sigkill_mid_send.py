@@ -153,13 +153,13 @@ def test_sigkill_again_and_again_completes_the_batch_and_resends_only_calls_in_f
 
 
 WINDOW = 8
-WINDOW_RECIPIENTS = 1_200
-WINDOW_KILLS = 5
+WINDOW_RECIPIENTS = 600
+WINDOW_KILLS = 3
 
 
 def test_sigkill_with_a_window_resends_at_most_the_window_per_kill(send_worker, settings):
     """Lanes with 8 calls in flight, a provider that answers in 20 ms and is not idempotent,
-    and 5 SIGKILLs of a worker that is calling it: the batch completes, every recipient has
+    and 3 SIGKILLs of a worker that is calling it: the batch completes, every recipient has
     one sent marker, and each kill re-sent at most the window, each copy the same message.
 
     Two workers of concurrency 1 (one lane each) are alive at all times. A copy was
