@@ -454,6 +454,16 @@ class Lane:
                 ):
                     halt = self._why_halt() or "worker stopping"
                     break
+            if not self.marks_per_chunk and attempts:
+                # Charged before (a lane may have died in its call): sent alone, nothing
+                # else in flight, so a crash storm charges it only for its own call and a
+                # window of others cannot use up its attempts.
+                self._start_ready()
+                self._drain()
+                self.ready.append((reached, recipient_id, key, message))
+                self._start_ready()
+                self._drain()
+                continue
             if not self.marks_per_chunk:
                 # Begun in groups: the markers of the calls that returned and the attempts
                 # of the next calls, one statement (see _start_ready).
@@ -474,8 +484,7 @@ class Lane:
             reached = len(rows)
             self._start_ready()
         # Every call in flight returns and is marked before the chunk ends.
-        while self.window.in_flight:
-            self._settle(wait=HALT_RECHECK, mark=True)
+        self._drain()
         # The rest of the chunk goes back as it was (no attempt used), with those rendered
         # and not begun; after a SlowDown it waits as long as the provider asked.
         wait = self.slow_down.delay if self.slow_down else None
@@ -535,6 +544,11 @@ class Lane:
         """While waiting for a rate-limit token: mark the calls that returned; True to stop."""
         self._settle(mark=True)
         return bool(self._why_halt())
+
+    def _drain(self) -> None:
+        """Wait for every call in flight to return, marking each as it does."""
+        while self.window.in_flight:
+            self._settle(wait=HALT_RECHECK, mark=True)
 
     def _room(self) -> int:
         """Return how many more calls may start now (the window less those in flight and
