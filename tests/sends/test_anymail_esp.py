@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from contextlib import closing
 
+import django
 import pytest
 from django.test import override_settings
 
@@ -21,6 +22,13 @@ from tests.sends.fake_esp import FakeEsp
 POSTMARK = "anymail.backends.postmark.EmailBackend"
 
 
+def mail_settings(backend: str, **anymail: str) -> dict:
+    """Return settings sending through ``backend`` (MAILERS on Django 6.1+)."""
+    if django.VERSION >= (6, 1):
+        return {"MAILERS": {"default": {"BACKEND": backend}}, "ANYMAIL": anymail}
+    return {"EMAIL_BACKEND": backend, "ANYMAIL": anymail}
+
+
 @pytest.fixture
 def esp():
     with FakeEsp() as server:
@@ -28,9 +36,10 @@ def esp():
 
 
 def send(esp: FakeEsp, to: str) -> str:
-    anymail = {"POSTMARK_SERVER_TOKEN": "test-token", "POSTMARK_API_URL": esp.url}
     with (
-        override_settings(EMAIL_BACKEND=POSTMARK, ANYMAIL=anymail),
+        override_settings(
+            **mail_settings(POSTMARK, POSTMARK_SERVER_TOKEN="test-token", POSTMARK_API_URL=esp.url)
+        ),
         closing(DjangoEmailProvider()) as provider,
     ):
         return provider.send(Message(to=to, subject="News", text="Hello."), "7:%s" % to)
@@ -79,9 +88,12 @@ def test_a_backend_without_metadata_sends_without_it(esp):
     """anymail's Postal backend refuses metadata (before any call): the message goes
     without it, and so do the next ones; feedback ties back by the ESP's message id. Before,
     every message failed for good as "could not be built"."""
-    anymail = {"POSTAL_API_KEY": "key", "POSTAL_API_URL": esp.url}
     with (
-        override_settings(EMAIL_BACKEND="anymail.backends.postal.EmailBackend", ANYMAIL=anymail),
+        override_settings(
+            **mail_settings(
+                "anymail.backends.postal.EmailBackend", POSTAL_API_KEY="key", POSTAL_API_URL=esp.url
+            )
+        ),
         closing(DjangoEmailProvider()) as provider,
     ):
         first = provider.send(Message(to="ann@example.com", subject="News", text="Hi."), "7:a")
