@@ -6,6 +6,8 @@ from __future__ import annotations
 import signal
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.db.models import Max
@@ -46,6 +48,45 @@ def callers_since(call_id: int, pids: list[int]) -> set[int]:
     )
 
 
+def kill_while_calling(
+    batch: SendBatch,
+    workers: list,
+    start: Callable[..., Any],
+    *,
+    kills: int,
+    total: int,
+    until: float,
+    between: int,
+) -> list[int]:
+    """SIGKILL a worker that is calling the provider, start a replacement, wait for
+    ``between`` more sent markers (of ``total``); ``kills`` times or until ``until`` are
+    sent. Return the killed pids (``workers`` holds the live ones)."""
+    killed: list[int] = []
+    while len(killed) < kills and sent(batch) < until:
+        seen = ProviderCall.objects.aggregate(last=Max("id"))["last"] or 0
+        alive = [w.pid for w in workers if w.alive()]
+        # A worker calling the provider right now: the kill lands mid-send.
+        calling = wait_until(
+            lambda seen=seen, alive=alive: callers_since(seen, alive),
+            timeout=30,
+            message="a worker to call the provider",
+        )
+        victim = next(w for w in workers if w.pid in calling)
+        victim.signal(signal.SIGKILL)
+        assert victim.wait_exit() == -signal.SIGKILL
+        killed.append(victim.pid)
+        workers.remove(victim)
+        workers.append(start(wait=False))
+        progress = sent(batch) + between
+        wait_until(
+            lambda p=progress: sent(batch) >= min(p, total),
+            timeout=30,
+            interval=0.05,
+            message="the send to go on after kill %s" % len(killed),
+        )
+    return killed
+
+
 def test_sigkill_again_and_again_completes_the_batch_and_resends_only_calls_in_flight(
     send_worker, settings
 ):
@@ -73,29 +114,15 @@ def test_sigkill_again_and_again_completes_the_batch_and_resends_only_calls_in_f
     batch = make_batch(RECIPIENTS)
     # Each lane dies for good at its first crash: the batch is left without lanes.
     Job.objects.filter(task_name=SEND_BATCH_TASK).update(max_attempts=1)
-    killed: list[int] = []
-    while len(killed) < KILLS and sent(batch) < RECIPIENTS * 0.9:
-        seen = ProviderCall.objects.aggregate(last=Max("id"))["last"] or 0
-        alive = [w.pid for w in workers if w.alive()]
-        # A worker calling the provider right now: the kill lands mid-send.
-        calling = wait_until(
-            lambda seen=seen, alive=alive: callers_since(seen, alive),
-            timeout=30,
-            message="a worker to call the provider",
-        )
-        victim = next(w for w in workers if w.pid in calling)
-        victim.signal(signal.SIGKILL)
-        assert victim.wait_exit() == -signal.SIGKILL
-        killed.append(victim.pid)
-        workers.remove(victim)
-        workers.append(worker(wait=False))
-        progress = sent(batch) + BETWEEN_KILLS
-        wait_until(
-            lambda p=progress: sent(batch) >= min(p, RECIPIENTS),
-            timeout=30,
-            interval=0.05,
-            message="the send to go on after kill %s" % len(killed),
-        )
+    killed = kill_while_calling(
+        batch,
+        workers,
+        worker,
+        kills=KILLS,
+        total=RECIPIENTS,
+        until=RECIPIENTS * 0.9,
+        between=BETWEEN_KILLS,
+    )
     wait_until(
         lambda: batch_status(batch) == SendBatch.Status.COMPLETED,
         timeout=40,
@@ -174,28 +201,15 @@ def test_sigkill_with_a_window_resends_at_most_the_window_per_kill(send_worker, 
 
     workers = [worker() for _ in range(2)]
     batch = make_batch(WINDOW_RECIPIENTS)
-    killed: list[int] = []
-    while len(killed) < WINDOW_KILLS and sent(batch) < WINDOW_RECIPIENTS * 0.8:
-        seen = ProviderCall.objects.aggregate(last=Max("id"))["last"] or 0
-        alive = [w.pid for w in workers if w.alive()]
-        calling = wait_until(
-            lambda seen=seen, alive=alive: callers_since(seen, alive),
-            timeout=30,
-            message="a worker to call the provider",
-        )
-        victim = next(w for w in workers if w.pid in calling)
-        victim.signal(signal.SIGKILL)
-        assert victim.wait_exit() == -signal.SIGKILL
-        killed.append(victim.pid)
-        workers.remove(victim)
-        workers.append(worker(wait=False))
-        progress = sent(batch) + WINDOW_RECIPIENTS // 12
-        wait_until(
-            lambda p=progress: sent(batch) >= min(p, WINDOW_RECIPIENTS),
-            timeout=30,
-            interval=0.05,
-            message="the send to go on after kill %s" % len(killed),
-        )
+    killed = kill_while_calling(
+        batch,
+        workers,
+        worker,
+        kills=WINDOW_KILLS,
+        total=WINDOW_RECIPIENTS,
+        until=WINDOW_RECIPIENTS * 0.8,
+        between=WINDOW_RECIPIENTS // 12,
+    )
     wait_until(
         lambda: batch_status(batch) == SendBatch.Status.COMPLETED,
         timeout=60,
