@@ -1,30 +1,32 @@
 """Start, run and record a published job inside a Celery worker.
 
 The same path as runworker's: ``execute()`` runs the handler (registry,
-retries, Retry-After, payload versions), the outcome is recorded by
-``record_one`` fenced by the lease token, and the task's timeout fails the
-attempt when the handler returns. Only the start differs: one guarded
-UPDATE takes the job over from the relay and consumes its token.
+retries, Retry-After, payload versions), the outcome is recorded fenced by
+the lease token, and the task's timeout fails the attempt when the handler
+returns. Only the start differs: a guarded UPDATE takes the job over from
+the relay and consumes its token. The tasks a worker process runs at once
+share their statements: starts that arrive together commit together (each
+before its handler runs), outcomes are recorded in groups, and one thread
+renews every lease held (see grouping and renewals).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
-import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Sequence
 
-from django.db import DatabaseError, close_old_connections, connection
+from django.db import DatabaseError, close_old_connections
 
+from scheduler_app.celery.grouping import GroupCommit
+from scheduler_app.celery.renewals import renewer
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
 from scheduler_app.db import backend, write_across_reconnects
 from scheduler_app.exceptions import UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import get_task
 from scheduler_app.signals import job_failed
-from scheduler_app.worker import leases
 from scheduler_app.worker.execution import (
     ClaimedJob,
     Finish,
@@ -32,24 +34,66 @@ from scheduler_app.worker.execution import (
     hand_back,
     timeout_failure,
 )
-from scheduler_app.worker.outcomes import CONNECTION_ERRORS, record_one
+from scheduler_app.worker.outcomes import CONNECTION_ERRORS, finish_jobs, record_one
 
 logger = logging.getLogger("scheduler_app.celery")
+
+
+Delivery = tuple[int, int, str, dt.timedelta]  # (job id, lease token, worker id, lease)
+
+
+def start_deliveries(deliveries: Sequence[Delivery]) -> list[tuple[ClaimedJob, str] | None]:
+    """Take published jobs over from the relay; return each one's job and queue, or None.
+
+    A guarded UPDATE moves each token on (published -> started): of two
+    deliveries of one message, only the first matches, even in one group.
+    None: the token is spent (a duplicate delivery), or the job was handed
+    back or rescued.
+    """
+    started: dict[tuple[int, int], tuple[ClaimedJob, str]] = {}
+    by_start: dict[tuple[str, dt.timedelta], list[tuple[int, int]]] = {}
+    for job_id, token, worker_id, lease in deliveries:
+        by_start.setdefault((worker_id, lease), []).append((job_id, token))
+    for (worker_id, lease), pairs in by_start.items():
+        for row in backend().start_jobs(pairs, worker=worker_id, lease=lease):
+            job = ClaimedJob.from_row(row[:-1])
+            started[(job.id, job.lease_token - 1)] = (job, row[-1])
+    # pop: a second delivery of the same message in the group gets None.
+    return [started.pop((job_id, token), None) for job_id, token, _, _ in deliveries]
+
+
+def record_outcomes(outcomes: Sequence[tuple[Finish, str]]) -> list[bool]:
+    """Record (finish, worker id) pairs fenced by their tokens; return whether each held.
+
+    A group the database refuses (an unstorable result, say) is recorded
+    one by one, so only the outcome at fault is stored without its text.
+    """
+    by_worker: dict[str, list[Finish]] = {}
+    for finish, worker_id in outcomes:
+        by_worker.setdefault(worker_id, []).append(finish)
+    accepted: set[tuple[int, int]] = set()
+    for worker_id, finishes in by_worker.items():
+        try:
+            accepted |= finish_jobs(finishes, worker=worker_id)
+        except CONNECTION_ERRORS:
+            raise
+        except DatabaseError:
+            for finish in finishes:
+                accepted |= record_one(finish, worker=worker_id)
+    return [finish.job.fence in accepted for finish, _ in outcomes]
+
+
+_starts = GroupCommit(start_deliveries)
+_outcomes = GroupCommit(record_outcomes)
 
 
 def start(
     job_id: int, lease_token: int, *, worker_id: str, lease: dt.timedelta
 ) -> tuple[ClaimedJob, str] | None:
-    """Take a published job over from the relay; return it and its queue, or None.
-
-    One guarded UPDATE moves the token on (published -> started): of two
-    deliveries of one message, only the first matches. None: the token is
-    spent (a duplicate delivery), or the job was handed back or rescued.
-    """
-    row = backend().start_job(job_id=job_id, token=lease_token, worker=worker_id, lease=lease)
-    if row is None:
-        return None
-    return ClaimedJob.from_row(row[:-1]), row[-1]
+    """Take a published job over from the relay, with whatever deliveries this process's
+    other tasks start at the same moment; return it and its queue, or None (see
+    start_deliveries)."""
+    return _starts.submit((job_id, lease_token, worker_id, lease))
 
 
 def run_published(job_id: int, lease_token: int, *, worker_id: str, lease: dt.timedelta) -> str:
@@ -73,7 +117,7 @@ def run_published(job_id: int, lease_token: int, *, worker_id: str, lease: dt.ti
                 job, "A kill switch covers it; handed back by %s without running." % worker_id
             )
         else:
-            with renewing(job, worker_id=worker_id, lease=lease):
+            with renewer().holding(job, worker_id=worker_id, lease=lease):
                 finish = run(job)
         # The lease no longer renews: record within half of it, across a lost connection.
         return record(finish, worker_id=worker_id, within=lease / 2)
@@ -109,16 +153,17 @@ def run(job: ClaimedJob) -> Finish:
 
 
 def record(finish: Finish, *, worker_id: str, within: dt.timedelta) -> str:
-    """Record ``finish`` fenced by its token, reconnecting for up to ``within`` if the
-    database connection is lost (as runworker keeps an outcome for its next turn); send
-    job_failed as runworker does."""
+    """Record ``finish`` fenced by its token, with whatever outcomes this process's other
+    tasks record at the same moment, reconnecting for up to ``within`` if the database
+    connection is lost (as runworker keeps an outcome for its next turn); send job_failed
+    as runworker does."""
     job = finish.job
-    accepted = write_across_reconnects(
-        lambda: record_one(finish, worker=worker_id),
+    held = write_across_reconnects(
+        lambda: _outcomes.submit((finish, worker_id)),
         seconds=within.total_seconds(),
         retry_on=CONNECTION_ERRORS,
     )
-    if job.fence not in accepted:
+    if not held:
         logger.warning(
             "stale completion discarded job=%s task=%s attempt=%s: lease lost, the job was "
             "rescued or claimed again",
@@ -130,40 +175,3 @@ def record(finish: Finish, *, worker_id: str, within: dt.timedelta) -> str:
     if finish.status == Job.Status.FAILED:
         job_failed.send(sender=Job, job_id=job.id, task_name=job.task_name, error=finish.error)
     return finish.outcome
-
-
-@contextlib.contextmanager
-def renewing(job: ClaimedJob, *, worker_id: str, lease: dt.timedelta) -> Iterator[None]:
-    """Renew ``job``'s lease every third of it, on a thread of its own, while the block runs.
-
-    The handler keeps its lease however long it runs, so a retry never runs
-    beside it (as with runworker, whose threads cannot be interrupted either).
-    """
-    done = threading.Event()
-
-    def renew_forever() -> None:
-        try:
-            while not done.wait(lease.total_seconds() / 3):
-                try:
-                    leases.renew(worker_id, [job.id], lease)
-                except DatabaseError as exc:
-                    # Not only a lost connection: a failover's old primary, now read-only,
-                    # refuses the write on a live one. A new connection may reach the new
-                    # primary; the thread must live on, or the lease lapses mid-run.
-                    logger.warning(
-                        "lease renewal failed, will retry job=%s worker=%s error=%s",
-                        job.id,
-                        worker_id,
-                        exc,
-                    )
-                    connection.close()
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=renew_forever, name="scheduler-lease-%s" % job.id)
-    thread.start()
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()

@@ -1,11 +1,14 @@
-"""Publish claimed jobs to Celery, in batches, with confirms where the broker offers them."""
+"""Publish claimed jobs to Celery, in batches, with confirms awaited per batch on RabbitMQ."""
 
 from __future__ import annotations
 
 import logging
+import time
+import weakref
 from collections.abc import Sequence
 
 from celery import Celery
+from kombu import Connection
 
 from scheduler_app.celery.routing import celery_queue
 from scheduler_app.celery.tasks import RUN_JOB
@@ -16,33 +19,97 @@ logger = logging.getLogger("scheduler_app.celery")
 #: A publish that fails is retried this briefly; after that the relay hands the job back.
 RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 
+#: Most seconds a batch waits for RabbitMQ's confirms; what is unconfirmed then goes back.
+CONFIRM_TIMEOUT = 10.0
 
-def ask_for_confirms(app: Celery) -> None:
-    """Make publishes to RabbitMQ wait for the broker's confirm (py-amqp's confirm_publish).
 
-    Redis offers no confirms: a publish there returns once Redis has the message.
+def offers_confirms(connection: Connection) -> bool:
+    """Return whether the broker of ``connection`` confirms publishes (RabbitMQ, whatever
+    the URL's scheme: amqp://, pyamqp://, amqps://). Redis has no confirms: a publish
+    there returns once Redis has the message."""
+    return connection.transport.driver_type == "amqp"
+
+
+class Confirms:
+    """The publisher confirms of one AMQP channel.
+
+    Once a channel is in confirm mode, RabbitMQ numbers its publishes from 1
+    and answers each with an ack (it has the message) or a nack (it refused
+    it), one tag at a time or, with ``multiple``, every tag up to one.
     """
-    # The transport kombu picks for the URL (amqp://, amqps://, pyamqp://, or Celery's
-    # default); making it opens no connection.
-    with app.connection_for_write() as connection:
-        driver = connection.transport.driver_type
-    if driver == "amqp":
-        options = dict(app.conf.broker_transport_options or {})
-        options.setdefault("confirm_publish", True)
-        app.conf.broker_transport_options = options
+
+    def __init__(self) -> None:
+        self.published = 0  # the tag of the channel's last publish
+        self._answered_upto = 0  # every tag up to this one is answered
+        self._answers: dict[int, bool] = {}  # tag -> acked, for tags not yet forgotten
+        self._forgotten_upto = 0  # answers up to this tag are no longer wanted
+
+    def answer(self, tag: int, multiple: bool, *, acked: bool) -> None:
+        """Take the broker's ack (``acked``) or nack of ``tag``, or of every tag up to it."""
+        if not multiple:
+            if tag > self._forgotten_upto:
+                self._answers.setdefault(tag, acked)
+            return
+        for earlier in range(max(self._answered_upto, self._forgotten_upto) + 1, tag + 1):
+            self._answers.setdefault(earlier, acked)
+        self._answered_upto = max(self._answered_upto, tag)
+
+    def confirmed(self, tags: range) -> int | None:
+        """Return how many of ``tags``, from the first, were acked before one was not;
+        None while some are unanswered."""
+        if any(tag not in self._answers for tag in tags):
+            return None
+        return self.forget(tags)
+
+    def forget(self, tags: range) -> int:
+        """Drop ``tags``' answers; return how many, from the first, were acked in a row."""
+        acked = 0
+        for tag in tags:
+            if not self._answers.pop(tag, False):
+                break
+            acked += 1
+        for tag in tags[acked:]:
+            self._answers.pop(tag, None)
+        self._forgotten_upto = max(self._forgotten_upto, tags[-1] if tags else 0)
+        return acked
+
+
+_confirms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # channel -> Confirms
+
+
+def confirms_of(channel) -> Confirms:
+    """Return ``channel``'s Confirms, putting the channel in confirm mode on first use."""
+    if channel not in _confirms:
+        confirms = Confirms()
+        channel.confirm_select()
+        channel.events["basic_ack"].add(
+            lambda tag, multiple: confirms.answer(tag, multiple, acked=True)
+        )
+        channel.events["basic_nack"].add(
+            lambda tag, multiple: confirms.answer(tag, multiple, acked=False)
+        )
+        _confirms[channel] = confirms
+    return _confirms[channel]
 
 
 def publish_jobs(
     app: Celery, jobs: Sequence[tuple[str, ClaimedJob]], *, lease_seconds: float
 ) -> int:
-    """Publish (queue, job) pairs in order over one producer; return how many were published.
+    """Publish (queue, job) pairs in order over one producer; return how many, from the
+    first, the broker took.
 
-    Stops at the first publish the broker refuses (logged): the jobs from
-    there on were not published, and the caller hands them back.
+    On RabbitMQ the messages go out back to back and the batch then waits
+    once for their confirms (up to CONFIRM_TIMEOUT). Stops at the first
+    publish the broker refuses or leaves unconfirmed (logged): the jobs from
+    there on count as unpublished, and the caller hands them back (a message
+    of theirs that does arrive is refused, its token spent).
     """
     published = 0
     try:
         with app.producer_or_acquire() as producer:
+            channel = producer.channel
+            confirms = confirms_of(channel) if offers_confirms(producer.connection) else None
+            first = confirms.published + 1 if confirms else 0
             for queue, job in jobs:
                 app.send_task(
                     RUN_JOB,
@@ -53,6 +120,12 @@ def publish_jobs(
                     retry_policy=RETRY_POLICY,
                 )
                 published += 1
+                if confirms:
+                    confirms.published += 1
+            if confirms:
+                published = await_confirms(
+                    producer, channel, confirms, range(first, first + published)
+                )
     except Exception:
         # Whatever the broker or its client raise: the job stays ours and goes back.
         logger.exception(
@@ -61,3 +134,37 @@ def publish_jobs(
             len(jobs) - published,
         )
     return published
+
+
+def await_confirms(producer, channel, confirms: Confirms, tags: range) -> int:
+    """Wait for RabbitMQ to answer ``tags``; return how many, from the first, it acked."""
+    if producer.channel is not channel:
+        # The producer reconnected mid-batch: the new channel numbers its publishes anew and
+        # is not in confirm mode. Nothing of the batch counts as confirmed.
+        logger.warning("publish channel replaced mid-batch, handing back batch=%s", len(tags))
+        return 0
+    give_up = time.monotonic() + CONFIRM_TIMEOUT
+    while (acked := confirms.confirmed(tags)) is None:
+        remaining = give_up - time.monotonic()
+        try:
+            if remaining <= 0:
+                raise TimeoutError
+            channel.connection.drain_events(timeout=remaining)
+        except TimeoutError:
+            acked = confirms.forget(tags)
+            logger.warning(
+                "publisher confirms not all received within %ss, handing back the unconfirmed "
+                "confirmed=%s unconfirmed=%s",
+                CONFIRM_TIMEOUT,
+                acked,
+                len(tags) - acked,
+            )
+            return acked
+    if acked < len(tags):
+        logger.warning(
+            "RabbitMQ refused a publish (nack), handing back the rest of the batch "
+            "confirmed=%s refused_or_after=%s",
+            acked,
+            len(tags) - acked,
+        )
+    return acked

@@ -17,7 +17,7 @@ from typing import Any
 from celery import Celery
 from django.db import transaction
 
-from scheduler_app.celery.publishing import ask_for_confirms, publish_jobs
+from scheduler_app.celery.publishing import publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job
 from scheduler_app.worker.execution import ClaimedJob
@@ -34,7 +34,7 @@ FOLLOW_INTERVAL = 0.25
 
 def claim_unstarted(**claim: Any) -> list[tuple]:
     """Claim jobs as backend().claim_jobs(**claim) does, with no started_at: a Celery worker
-    starts them (start_job sets it), and until then the rescue knows that none ran."""
+    starts them (start_jobs sets it), and until then the rescue knows that none ran."""
     with transaction.atomic():
         rows = backend().claim_jobs(**claim)
         Job.objects.filter(pk__in=[row[0] for row in rows]).update(started_at=None)
@@ -59,7 +59,6 @@ class Relay(Worker):
         self._queue_of: dict[int, str] = {}  # published job -> its queue
         self._published_at: dict[int, float] = {}  # published job -> time.monotonic()
         self._broker_down_until = 0.0
-        ask_for_confirms(app)
         interval = min(options.poll_interval, FOLLOW_INTERVAL)
         self._duties.append(
             Duty(name="celery deliveries", interval=lambda: interval, run=self._follow)

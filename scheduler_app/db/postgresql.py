@@ -814,33 +814,38 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
 
 START = f"""
 UPDATE {JOB}
-SET lease_token = lease_token + 1, worker_id = %(worker)s,
+SET lease_token = {JOB}.lease_token + 1, worker_id = %(worker)s,
     started_at = {NOW.format(frozen="%(frozen)s")},
     lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s
-WHERE id = %(id)s AND lease_token = %(token)s AND status = 'running'
-RETURNING id, task_name, payload::text, payload_version, attempts, max_attempts,
-          scheduled_for, run_at, unique_key, lease_token, retry_later_deadline, started_at,
-          queue
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS delivered (id, token)
+WHERE {JOB}.id = delivered.id AND {JOB}.lease_token = delivered.token
+  AND {JOB}.status = 'running'
+RETURNING {JOB}.id, task_name, payload::text, payload_version, attempts, max_attempts,
+          scheduled_for, run_at, unique_key, {JOB}.lease_token, retry_later_deadline,
+          started_at, queue
 """
-"""Take a claimed job over under its lease token, moving the token on (the Celery
+"""Take claimed jobs over under their lease tokens, moving each token on (the Celery
 executor's published -> started): of two deliveries of one message only one matches.
-Returns CLAIM's columns and the queue."""
+Returns CLAIM's columns and the queue, for the jobs that matched."""
 
 
-def start_job(*, job_id: int, token: int, worker: str, lease: dt.timedelta) -> tuple | None:
-    """Start the claimed job ``job_id`` if ``token`` is still its lease token (see START)."""
+def start_jobs(
+    deliveries: Sequence[tuple[int, int]], *, worker: str, lease: dt.timedelta
+) -> list[tuple]:
+    """Start each claimed job of ``deliveries`` ((job id, lease token) pairs) whose token is
+    still its lease token, in one statement (see START); return their rows."""
     with bound_cursor() as cursor:
         cursor.execute(
             START,
             {
-                "id": job_id,
-                "token": token,
+                "ids": [job_id for job_id, _ in deliveries],
+                "tokens": [token for _, token in deliveries],
                 "worker": worker,
                 "frozen": clock.frozen_at(),
                 "lease": lease,
             },
         )
-        return cursor.fetchone()
+        return cursor.fetchall()
 
 
 def _prune_jobs_sql() -> str:

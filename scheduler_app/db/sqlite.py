@@ -403,14 +403,21 @@ RETURNING id, task_name, payload, payload_version, attempts, max_attempts,
 """Take a claimed job over under its lease token (see postgresql.START)."""
 
 
-def start_job(*, job_id: int, token: int, worker: str, lease: dt.timedelta) -> tuple | None:
-    """Start the claimed job ``job_id`` if ``token`` is still its lease token (see START)."""
+def start_jobs(
+    deliveries: Sequence[tuple[int, int]], *, worker: str, lease: dt.timedelta
+) -> list[tuple]:
+    """Start each claimed job of ``deliveries`` ((job id, lease token) pairs) whose token is
+    still its lease token (see postgresql.start_jobs); return their rows."""
     now = read_now()
     adapt = connection.ops.adapt_datetimefield_value
-    with connection.cursor() as cursor:
-        cursor.execute(START, [worker, adapt(now), adapt(now + lease), job_id, token])
-        row = cursor.fetchone()
-    return None if row is None else (*_convert(row[:-1]), row[-1])
+    rows = []
+    with transaction.atomic(), connection.cursor() as cursor:
+        for job_id, token in deliveries:
+            cursor.execute(START, [worker, adapt(now), adapt(now + lease), job_id, token])
+            row = cursor.fetchone()
+            if row is not None:
+                rows.append((*_convert(row[:-1]), row[-1]))
+    return rows
 
 
 _JOB_STATE = ", ".join(job_state_columns())

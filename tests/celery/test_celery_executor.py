@@ -8,10 +8,11 @@ import signal
 import pytest
 import redis
 from django.db.models import Count
+from kombu import Queue
 
 from scheduler_app import clock, controls
 from scheduler_app.cancellation import CancelOutcome, cancel
-from scheduler_app.celery.publishing import ask_for_confirms, publish_jobs
+from scheduler_app.celery.publishing import publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt, SendBatch
 from scheduler_app.scheduling import schedule, schedule_many
@@ -218,12 +219,27 @@ def test_a_publish_the_broker_refuses_hands_the_job_back(broker, relay):
 
 
 @pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
-def test_the_relay_publishes_to_rabbitmq_with_confirms(broker):
-    """RabbitMQ: the relay's publishes wait for the broker's confirm."""
+def test_a_batch_counts_only_what_rabbitmq_confirmed(broker):
+    """RabbitMQ confirms a batch once it is published; a message it refuses (nack: a full
+    queue that rejects publishes) and the rest of the batch count as unpublished, so the
+    relay hands them back."""
+    jobs = [claim_as("test-relay", schedule("tests.record", {"n": n})) for n in range(3)]
     app = make_app(broker.url)
-    ask_for_confirms(app)
+    assert publish_jobs(app, [("default", job) for job in jobs], lease_seconds=2.0) == 3
+
+    full = broker.queue("emails")
+    limited = make_app(broker.url)  # its queues are read on first publish: set them before
+    limited.conf.task_queues = [
+        Queue(
+            full,
+            routing_key=full,
+            queue_arguments={"x-max-length": 1, "x-overflow": "reject-publish"},
+        )
+    ]
+    assert publish_jobs(limited, [("emails", job) for job in jobs], lease_seconds=2.0) == 1
     with app.connection_for_write() as conn:
-        assert conn.default_channel.connection.confirm_publish is True
+        assert conn.default_channel.queue_declare(broker.queue(), passive=True).message_count == 3
+        assert conn.default_channel.queue_declare(full, passive=True).message_count == 1
 
 
 @pytest.mark.parametrize("broker", ["redis"], indirect=True)

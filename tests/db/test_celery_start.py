@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
 from django.db import connection
 
-from scheduler_app.celery.execution import renewing, run_published, start
+from scheduler_app.celery import execution
+from scheduler_app.celery.execution import record_outcomes, run_published, start
+from scheduler_app.celery.renewals import Renewer
 from scheduler_app.db import backend
 from scheduler_app.models import Job
 from scheduler_app.scheduling import schedule
@@ -94,7 +97,7 @@ def test_lease_renewal_outlives_a_database_that_refuses_writes(caplog):
         # New connections (the renewing thread's) start read-only; this one stays writable.
         admin.execute('ALTER DATABASE "%s" SET default_transaction_read_only = on' % name)
         try:
-            with renewing(published, worker_id="relay", lease=dt.timedelta(seconds=0.6)):
+            with Renewer().holding(published, worker_id="relay", lease=dt.timedelta(seconds=0.6)):
                 wait_until(
                     lambda: (
                         "cannot execute SELECT FOR UPDATE in a read-only transaction" in caplog.text
@@ -110,4 +113,109 @@ def test_lease_renewal_outlives_a_database_that_refuses_writes(caplog):
                 )
         finally:
             admin.execute('ALTER DATABASE "%s" RESET default_transaction_read_only' % name)
-    assert "lease renewal failed, will retry job=%s worker=relay" % job.pk in caplog.text
+    assert "lease renewal failed, will retry jobs=[%s] worker=relay" % job.pk in caplog.text
+
+
+def waiting_on_a_lock() -> int:
+    """Return how many sessions of the test database wait on a lock (read afresh: a
+    transaction of its own would keep reading its first snapshot of the statistics)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+def started_at(job: ClaimedJob):
+    return Job.objects.get(pk=job.id).started_at
+
+
+@pytest.mark.postgres_only
+def test_starts_that_arrive_together_commit_in_one_statement(other_connection):
+    """While one start waits on the database, the deliveries that arrive meanwhile are
+    started together by the next statement (one statement_timestamp), and a second delivery
+    of the same message in that group is refused."""
+    jobs = [publish(schedule("tests.record", {"n": n})) for n in range(5)]
+    first, rest = jobs[0], jobs[1:]
+    deliveries = [*rest, rest[0]]  # rest[0]'s message delivered twice
+    locker = other_connection()
+    locker.execute("SELECT 1 FROM scheduler_app_job WHERE id = %s FOR UPDATE", [first.id])
+
+    def start_one(job: ClaimedJob):
+        started = start(job.id, job.lease_token, worker_id="celery-a", lease=LEASE)
+        connection.close()
+        return started
+
+    with ThreadPoolExecutor(len(deliveries) + 1) as pool:
+        try:
+            leader = pool.submit(start_one, first)
+            wait_until(waiting_on_a_lock, message="the first start to wait on the row lock")
+            followers = [pool.submit(start_one, job) for job in deliveries]
+            wait_until(
+                lambda: len(execution._starts._waiting) == len(deliveries),
+                message="the other deliveries to wait for the first start",
+            )
+        finally:
+            locker.commit()
+        assert leader.result(timeout=10)[0].id == first.id
+        results = [f.result(timeout=10) for f in followers]
+
+    assert [r is not None for r in results] == [True] * len(rest) + [False]
+    assert {started_at(job) for job in rest} == {started_at(rest[0])}
+    assert started_at(first) != started_at(rest[0])
+    assert set(Job.objects.values_list("status", "worker_id", "attempts")) == {
+        ("running", "celery-a", 1)
+    }
+
+
+@pytest.mark.postgres_only
+def test_a_group_of_outcomes_the_database_refuses_is_recorded_one_by_one():
+    """One unstorable outcome in a group costs the others nothing: they are recorded as
+    they were, and the one at fault without its text."""
+    jobs = [publish(schedule("tests.record", {"n": n})) for n in range(3)]
+    started = [start(job.id, job.lease_token, worker_id="w", lease=LEASE)[0] for job in jobs]
+    finishes = [hand_back(job, "handed back %s" % job.id) for job in started]
+    finishes[1] = hand_back(started[1], "a NUL \x00 the database refuses")
+
+    assert record_outcomes([(finish, "w") for finish in finishes]) == [True, True, True]
+
+    errors = dict(Job.objects.values_list("pk", "last_error"))
+    assert errors[started[0].id] == "handed back %s" % started[0].id
+    assert errors[started[2].id] == "handed back %s" % started[2].id
+    assert "\x00" not in errors[started[1].id]
+    assert "could not be stored as it was" in errors[started[1].id]
+    assert set(Job.objects.values_list("status", flat=True)) == {"pending"}
+
+
+@pytest.mark.postgres_only
+def test_one_renewer_renews_every_held_lease_and_lets_go_of_finished_jobs():
+    short = dt.timedelta(seconds=0.6)
+    held, released = [publish(schedule("tests.record", {"n": n})) for n in range(2)]
+    leases_at_claim = dict(Job.objects.values_list("pk", "lease_expires_at"))
+    renewer = Renewer()
+    with renewer.holding(held, worker_id="relay", lease=short):
+        with renewer.holding(released, worker_id="relay", lease=short):
+            wait_until(
+                lambda: all(
+                    Job.objects.get(pk=job.id).lease_expires_at != leases_at_claim[job.id]
+                    for job in (held, released)
+                ),
+                timeout=5,
+                message="both leases renewed",
+            )
+        # A renewal computed before the release may still land: the first renewal of the held
+        # job after it (same statement, or a later one) settles the released one's lease.
+        wait_for_a_renewal(held)
+        after_release = Job.objects.get(pk=released.id).lease_expires_at
+        wait_for_a_renewal(held)
+    assert Job.objects.get(pk=released.id).lease_expires_at == after_release
+
+
+def wait_for_a_renewal(job: ClaimedJob) -> None:
+    before = Job.objects.get(pk=job.id).lease_expires_at
+    wait_until(
+        lambda: Job.objects.get(pk=job.id).lease_expires_at > before,
+        timeout=5,
+        message="a renewal of job %s" % job.id,
+    )
