@@ -1,16 +1,54 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
+#: Folders whose tests depend on the database vendor but not on Django's version: real
+#: worker processes, signals and brokers, driven through our own SQL (see REPEAT).
+VERSION_FREE = ("processes", "sends_processes", "celery")
+
+#: Folders whose tests depend on Django's version but not on the database vendor: the
+#: admin in a real browser (see REPEAT).
+VENDOR_FREE = ("browser",)
+
+#: SCHEDULER_TESTS_REPEAT names what a repeat run of the suite is for: "vendor" (CI's
+#: SQLite run) skips what cannot depend on the database vendor, "version" (CI's Django 6
+#: run) what cannot depend on Django's version. Unset: every test runs.
+REPEAT = os.environ.get("SCHEDULER_TESTS_REPEAT", "")
+
+
+def uses_the_database(item: pytest.Item) -> bool:
+    """Return whether ``item`` reaches the test database (pytest-django's mark or fixtures)."""
+    return bool(
+        item.get_closest_marker("django_db")
+        or {"db", "transactional_db"} & set(getattr(item, "fixturenames", ()))
+    )
+
 
 def pytest_collection_modifyitems(config, items):
-    if connection.vendor == "postgresql":
-        return
-    skip = pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL=postgres://...)")
+    if REPEAT not in ("", "vendor", "version"):
+        raise pytest.UsageError(
+            "SCHEDULER_TESTS_REPEAT=%r: use 'vendor', 'version' or leave it unset." % REPEAT
+        )
     for item in items:
-        if "postgres_only" in item.keywords:
-            item.add_marker(skip)
+        folder = item.path.relative_to(config.rootpath / "tests").parts[0]
+        if folder in VERSION_FREE:
+            item.add_marker(pytest.mark.version_free)
+        if folder in VENDOR_FREE or not uses_the_database(item):
+            item.add_marker(pytest.mark.vendor_free)
+        if connection.vendor != "postgresql" and "postgres_only" in item.keywords:
+            item.add_marker(
+                pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL=postgres://...)")
+            )
+        elif REPEAT and "%s_free" % REPEAT in item.keywords:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="%s-free: runs in CI's PostgreSQL run, not in this repeat "
+                    "(SCHEDULER_TESTS_REPEAT=%s)" % (REPEAT, REPEAT)
+                )
+            )
 
 
 @pytest.fixture
