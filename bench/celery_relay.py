@@ -1,22 +1,28 @@
 #!/usr/bin/env python
-"""Celery executor benchmark: drain and pickup latency through Celery, beside runworker.
+"""Celery executor benchmark: drain and pickup latency through Celery, beside runworker and
+beside plain Celery on the same broker.
 
 Run from the repository root (RabbitMQ and Redis on their default ports)::
 
     python bench/celery_relay.py
 
 It drops and re-creates its own PostgreSQL database (``bench_celery`` unless
-BENCH_DATABASE_URL names another), migrates it, and for each executor --
-``runworker`` (local threads), and ``runworker --executor celery`` with one
-``celery worker`` (threads pool) on RabbitMQ, then on Redis -- measures:
+BENCH_DATABASE_URL names another) and migrates it. Then, for ``runworker`` (local
+threads) and, on RabbitMQ and then on Redis, for plain Celery and for
+``runworker --executor celery`` with one and with two ``celery worker`` processes
+(threads pool), it measures:
 
-(a) drain: BENCH_JOBS ``tests.noop`` jobs scheduled in one transaction while
-    the workers idle; jobs/s = BENCH_JOBS / (max(finished_at) - commit).
-(b) pickup: PICKUP_JOBS jobs scheduled one every 50 ms, each in its own
-    transaction; latency = the row's started_at (set when the job starts in
-    the worker that runs it) - the moment commit returned.
+(a) drain: BENCH_JOBS no-op jobs. For runworker and the executor, ``tests.noop``
+    jobs scheduled in one transaction while the workers idle; jobs/s = BENCH_JOBS /
+    (max(finished_at) - commit). For plain Celery (bench/celery_plain.py), as many
+    ``send_task()`` calls over one producer while the worker idles; jobs/s =
+    BENCH_JOBS / (the last task's count - the first publish).
+(b) pickup (runworker and the executor with one Celery worker): PICKUP_JOBS jobs
+    scheduled one every 50 ms, each in its own transaction; latency = the row's
+    started_at (set when the job starts in the worker that runs it) - the moment
+    commit returned.
 
-Every executor runs BENCH_CONCURRENCY jobs at once (runworker threads, Celery
+Every worker process runs BENCH_CONCURRENCY jobs at once (runworker threads, Celery
 pool threads). Environment: BENCH_JOBS (2000), BENCH_CONCURRENCY (8),
 BENCH_DATABASE_URL, BENCH_RESULTS (default bench/results-celery.md).
 """
@@ -30,6 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
+from celery import Celery
 from harness import (
     REPO,
     WorkerProcess,
@@ -51,7 +58,6 @@ BROKERS = {
 }
 PICKUP_JOBS = 100
 PICKUP_INTERVAL = 0.050
-ROW = "| %s | **%.0f jobs/s** (%s jobs in %.2f s) | p50 %.1f ms, p99 %.1f ms, max %.1f ms |\n"
 
 
 class CeleryWorker(WorkerProcess):
@@ -62,8 +68,42 @@ class CeleryWorker(WorkerProcess):
             self.started.set()
 
 
-def start_executor(name: str, url: str, concurrency: int) -> list[WorkerProcess]:
-    """Start the processes of executor ``name`` ("local" or a broker) and wait until ready."""
+def celery_worker(app: str, queue: str, concurrency: int, env: dict[str, str]) -> CeleryWorker:
+    """Start a ``celery -A app worker`` (threads pool) consuming ``queue``."""
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        app,
+        "worker",
+        "-Q",
+        queue,
+        "--pool=threads",
+        "--concurrency=%s" % concurrency,
+        "--hostname=bench-%s@%%h" % uuid.uuid4().hex[:8],
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel=INFO",
+    ]
+    return CeleryWorker(command, env, 200)
+
+
+def wait_started(processes: list[WorkerProcess], name: str) -> None:
+    deadline = time.monotonic() + 60
+    for process in processes:
+        while not process.started.wait(0.05):
+            if process.proc.poll() is not None or time.monotonic() > deadline:
+                for started in processes:
+                    started.stop()
+                raise RuntimeError("%s did not start:\n%s" % (name, process.output()))
+
+
+def start_executor(
+    name: str, url: str, concurrency: int, celery_workers: int = 1
+) -> list[WorkerProcess]:
+    """Start the processes of executor ``name`` ("local" or a broker, with
+    ``celery_workers`` Celery worker processes) and wait until ready."""
     runworker = [sys.executable, "-m", "django", "runworker", "--settings=tests.settings"]
     options = ["--poll-interval", "30", "--no-scheduler"]
     if name == "local":
@@ -76,37 +116,47 @@ def start_executor(name: str, url: str, concurrency: int) -> list[WorkerProcess]
             "SCHEDULER_CELERY_QUEUE_PREFIX": "bench.%s." % uuid.uuid4().hex[:8],
         }
         worker_env = {**env, "DATABASE_URL": url + "?conn_max_age=600"}  # see docs/celery.md
-        worker = CeleryWorker(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "tests.celery_app",
-                "worker",
-                "-Q",
-                env["SCHEDULER_CELERY_QUEUE_PREFIX"] + "default",
-                "--pool=threads",
-                "--concurrency=%s" % concurrency,
-                "--hostname=bench-%s@%%h" % uuid.uuid4().hex[:8],
-                "--without-gossip",
-                "--without-mingle",
-                "--loglevel=INFO",
-            ],
-            worker_env,
-            200,
-        )
-        relay = WorkerProcess([*runworker, *options, "--executor", "celery"], env, 200)
-        processes = [worker, relay]
-    deadline = time.monotonic() + 60
-    for process in processes:
-        while not process.started.wait(0.05):
-            if process.proc.poll() is not None or time.monotonic() > deadline:
-                for started in processes:
-                    started.stop()
-                raise RuntimeError("%s did not start:\n%s" % (name, process.output()))
+        queue = env["SCHEDULER_CELERY_QUEUE_PREFIX"] + "default"
+        processes = [
+            *(
+                celery_worker("tests.celery_app", queue, concurrency, worker_env)
+                for _ in range(celery_workers)
+            ),
+            WorkerProcess([*runworker, *options, "--executor", "celery"], env, 200),
+        ]
+    wait_started(processes, name)
     time.sleep(1)  # the relay's LISTEN connection follows its "worker started" line
     return processes
+
+
+def bench_plain(broker: str, jobs: int, concurrency: int) -> dict:
+    """Drain ``jobs`` no-op tasks through plain Celery on ``broker`` (bench/celery_plain.py)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import celery_plain
+
+    queue = "bench.%s.plain" % uuid.uuid4().hex[:8]
+    key = "bench-plain-%s" % uuid.uuid4().hex[:8]
+    env = {"SCHEDULER_TEST_BROKER": BROKERS[broker], "PYTHONPATH": str(REPO / "bench")}
+    worker = celery_worker("celery_plain", queue, concurrency, env)
+    wait_started([worker], "plain Celery on %s" % broker)
+    publisher = Celery("bench_plain_publisher", broker=BROKERS[broker])
+    try:
+        t0 = time.time()
+        with publisher.producer_or_acquire() as producer:
+            for _ in range(jobs):
+                publisher.send_task("bench.noop", args=(key,), queue=queue, producer=producer)
+        deadline = time.monotonic() + 300
+        while int(celery_plain.counter.get(key) or 0) < jobs:
+            if time.monotonic() > deadline:
+                raise RuntimeError("plain Celery tasks still unfinished after 300 s")
+            time.sleep(0.005)
+        seconds = time.time() - t0
+    finally:
+        worker.stop()
+        celery_plain.counter.delete(key)
+        with publisher.connection_for_write() as connection:
+            connection.default_channel.queue_delete(queue)
+    return {"jobs_s": jobs / seconds, "seconds": seconds}
 
 
 def wait_finished(timeout: float) -> None:
@@ -158,6 +208,18 @@ def bench_pickup() -> dict:
     }
 
 
+def bench_executor(name: str, url: str, jobs: int, concurrency: int, celery_workers: int = 1):
+    """Return (drain, pickup) for executor ``name``; pickup only with one Celery worker."""
+    processes = start_executor(name, url, concurrency, celery_workers)
+    try:
+        drain = bench_drain(jobs)
+        pickup = bench_pickup() if celery_workers == 1 else None
+    finally:
+        for process in processes:
+            process.stop()
+    return drain, pickup
+
+
 def main() -> None:
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
     jobs = env_int("BENCH_JOBS", 2000)
@@ -166,29 +228,21 @@ def main() -> None:
     setup_django(url)
     migrate()
     machine = machine_description(("synchronous_commit",))
-    rows = []
-    for name in ("local", "rabbitmq", "redis"):
-        processes = start_executor(name, url, concurrency)
-        try:
-            drain = bench_drain(jobs)
-            pickup = bench_pickup()
-        finally:
-            for process in processes:
-                process.stop()
-        label = "runworker (local threads)" if name == "local" else "Celery on %s" % name
-        rows.append((label, drain, pickup))
-        print(
-            "%s: drain %.0f jobs/s (%.2f s), pickup p50 %.1f ms p99 %.1f ms max %.1f ms"
-            % (
-                label,
-                drain["jobs_s"],
-                drain["seconds"],
-                pickup["p50"],
-                pickup["p99"],
-                pickup["max"],
-            ),
-            flush=True,
-        )
+    rows = []  # (label, drain, pickup, plain drain or None)
+
+    def measured(label: str, drain: dict, pickup: dict | None, plain: dict | None) -> None:
+        rows.append((label, drain, pickup, plain))
+        print(row(label, drain, pickup, plain, jobs), end="", flush=True)
+
+    drain, pickup = bench_executor("local", url, jobs, concurrency)
+    measured("runworker (local threads)", drain, pickup, None)
+    for broker in BROKERS:
+        plain = bench_plain(broker, jobs, concurrency)
+        measured("plain Celery on %s (1 worker)" % broker, plain, None, None)
+        drain, pickup = bench_executor(broker, url, jobs, concurrency)
+        measured("Celery executor on %s (1 worker)" % broker, drain, pickup, plain)
+        drain, _ = bench_executor(broker, url, jobs, concurrency, celery_workers=2)
+        measured("Celery executor on %s (2 workers)" % broker, drain, None, plain)
     section = "\n## %s — jobs=%s concurrency=%s\n\n%s\n\n" % (
         time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         jobs,
@@ -196,27 +250,35 @@ def main() -> None:
         machine_line(machine),
     )
     section += (
-        "| executor | drain | pickup latency (%s jobs, one every 50 ms) |\n|---|---|---|\n"
-        % (PICKUP_JOBS)
+        "| executor | drain | ratio to plain Celery | pickup latency (%s jobs, one every 50 ms) |\n"
+        "|---|---|---|---|\n" % PICKUP_JOBS
     )
-    for label, drain, pickup in rows:
-        section += (
-            "| %s | **%.0f jobs/s** (%s jobs in %.2f s) | p50 %.1f ms, p99 %.1f ms, max %.1f ms |\n"
-            % (
-                label,
-                drain["jobs_s"],
-                jobs,
-                drain["seconds"],
-                pickup["p50"],
-                pickup["p99"],
-                pickup["max"],
-            )
-        )
+    section += "".join(row(label, d, p, plain, jobs) for label, d, p, plain in rows)
     results = Path(os.environ.get("BENCH_RESULTS", REPO / "bench" / "results-celery.md"))
     append_results(
         results,
         "# Celery executor benchmark results\n\nAppended by `python bench/celery_relay.py`.\n",
         section,
+    )
+
+
+def row(label: str, drain: dict, pickup: dict | None, plain: dict | None, jobs: int) -> str:
+    """Return a results table row."""
+    ratio = "%.2f" % (drain["jobs_s"] / plain["jobs_s"]) if plain else ""
+    latency = ""
+    if pickup:
+        latency = "p50 %.1f ms, p99 %.1f ms, max %.1f ms" % (
+            pickup["p50"],
+            pickup["p99"],
+            pickup["max"],
+        )
+    return "| %s | **%.0f jobs/s** (%s jobs in %.2f s) | %s | %s |\n" % (
+        label,
+        drain["jobs_s"],
+        jobs,
+        drain["seconds"],
+        ratio,
+        latency,
     )
 
 
