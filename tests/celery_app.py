@@ -30,6 +30,9 @@ def make_app(broker_url: str) -> Celery:
         task_ignore_result=True,
         # Longer than the longest job (see docs/celery.md); the tests' jobs take seconds.
         broker_transport_options={"visibility_timeout": 3600},
+        # Without it Celery's Django fixup closes the connection before and after every task,
+        # whatever CONN_MAX_AGE says (see docs/celery.md).
+        CELERY_DB_REUSE_MAX=1000,
     )
     return app
 

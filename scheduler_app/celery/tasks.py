@@ -1,14 +1,19 @@
-"""The one Celery task: run a published job through runworker's execution path."""
+"""The one Celery task: run a published job through runworker's execution path; and the
+warning a Celery worker logs at start when its settings would make every task reconnect."""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 
-from celery import shared_task
+from celery import Celery, shared_task
+from celery.signals import worker_init
 
 from scheduler_app.celery.execution import run_published
 from scheduler_app.conf import app_settings
+
+logger = logging.getLogger("scheduler_app.celery")
 
 #: The task's name, which the relay publishes to.
 RUN_JOB = "scheduler_app.celery.run_job"
@@ -23,3 +28,28 @@ def run_job(self, job_id: int, lease_token: int, lease_seconds: float | None = N
     worker_id = "%s:%s" % (self.request.hostname or "celery", os.getpid())
     lease = dt.timedelta(seconds=lease_seconds or app_settings.LEASE_SECONDS)
     return run_published(job_id, lease_token, worker_id=worker_id, lease=lease)
+
+
+def connection_reuse_problem(app: Celery) -> str | None:
+    """Return why ``app``'s workers would open a database connection per task, or None.
+
+    Celery's Django fixup closes the connections of the thread that runs a
+    task before and after every task, whatever CONN_MAX_AGE says, unless
+    CELERY_DB_REUSE_MAX is set: each job then pays a new connection.
+    """
+    if app.conf.get("CELERY_DB_REUSE_MAX"):
+        return None
+    return (
+        "CELERY_DB_REUSE_MAX is not set: Celery closes the database connection before and "
+        "after every task, so each job opens a new one (several times slower). Set "
+        "CELERY_DB_REUSE_MAX = 1000 in your Django settings (see scheduler_app's "
+        "docs/celery.md)."
+    )
+
+
+@worker_init.connect
+def warn_about_connection_reuse(sender, **kwargs) -> None:
+    """Log connection_reuse_problem() once, as the Celery worker starts."""
+    problem = connection_reuse_problem(sender.app)
+    if problem:
+        logger.warning(problem)
