@@ -1,9 +1,9 @@
 """Plain Celery, for bench/celery_relay.py's baseline: ``celery -A celery_plain worker``.
 
-One no-op task, published with ``send_task()`` (what ``apply_async()`` calls), configured as the Celery executor's
-workers are (acks late, prefetch 1, no result backend). It counts itself with one Redis
-INCR so the bench knows when the last one ran: the baseline pays that round trip, which
-the executor's no-op jobs do not.
+One no-op task, published with ``send_task()`` (what ``apply_async()`` calls) and
+configured as the Celery executor's workers are (acks late, prefetch 1, no result
+backend). It counts itself with one Redis INCR so the bench knows when the last one ran:
+the baseline pays that round trip, which the executor's no-op jobs do not.
 """
 
 from __future__ import annotations
