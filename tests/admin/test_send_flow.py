@@ -274,3 +274,65 @@ def test_a_preview_that_cannot_render_says_why(admin, make_batch, customers):
         '<p class="preview-error errornote">'
         "Variable &#x27;nickname&#x27; is missing from the recipient&#x27;s data.</p>"
     ) in html
+
+
+def test_the_seed_context_is_typed_one_name_and_value_a_line(admin, make_batch):
+    """Stored as the same JSON object as before; a value is text unless it reads as JSON."""
+    batch = make_batch(
+        seed_context={"first_name": "Seed", "orders": 3, "zip": "75001", "code": "007"}
+    )
+    page = admin.get(change("sendbatch", batch.pk))
+    assert ">\nfirst_name = Seed\norders = 3\nzip = &quot;75001&quot;\ncode = 007</textarea>" in (
+        page.content.decode()
+    )
+    data = form_data(page)
+    assert admin.post(change("sendbatch", batch.pk), data).status_code == 302
+    assert SendBatch.objects.get(pk=batch.pk).seed_context == {
+        "first_name": "Seed",
+        "orders": 3,
+        "zip": "75001",
+        "code": "007",
+    }
+    data["seed_context"] = (
+        "first_name =  Ada Lovelace \r\n\r\nvip=true\r\ncity = \r\n"
+        'tags = ["a", "b"]\r\nnote = "two\\nlines"\r\nprice = 3.50\r\nn = -2\r\n'
+    )
+    assert admin.post(change("sendbatch", batch.pk), data).status_code == 302
+    assert SendBatch.objects.get(pk=batch.pk).seed_context == {
+        "first_name": "Ada Lovelace",
+        "vip": True,
+        "city": "",
+        "tags": ["a", "b"],
+        "note": "two\nlines",
+        "price": "3.50",
+        "n": -2,
+    }
+
+
+@pytest.mark.parametrize(
+    ("typed", "error"),
+    [
+        ("first_name = Ada\r\nAda Lovelace", 'Line 2, Ada Lovelace: write it as "name = value".'),
+        (
+            "first name = Ada",
+            "Line 1, first name = Ada: 'first name' is not a name a template can use "
+            "(letters, digits and underscores, starting with a letter).",
+        ),
+        (
+            "first_name = Ada\r\nfirst_name = Grace",
+            "Line 2, first_name = Grace: first_name is already set on line 1.",
+        ),
+        (
+            'tags = ["a", "b"',
+            'Line 1, tags = ["a", "b": the value starts like JSON but is not valid JSON '
+            "(put it in double quotes to mean the text): Expecting ',' delimiter.",
+        ),
+    ],
+)
+def test_a_bad_seed_context_line_is_named_in_the_error(admin, make_batch, typed, error):
+    batch = make_batch(seed_context={"first_name": "Seed"})
+    data = form_data(admin.get(change("sendbatch", batch.pk)))
+    data["seed_context"] = typed
+    response = admin.post(change("sendbatch", batch.pk), data)
+    assert response.context["adminform"].form.errors == {"seed_context": [error]}
+    assert SendBatch.objects.get(pk=batch.pk).seed_context == {"first_name": "Seed"}
