@@ -353,10 +353,8 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 "batch_actions": allowed,
                 "flow": self.flow_steps(request, batch, allowed),
                 "can_duplicate": self.has_add_permission(request),
-                "preview": (
-                    batches.preview(batch, request.GET.get("preview"))
-                    if batch.status == Status.DRAFT
-                    else None
+                "preview": batches.preview(
+                    batch, request.GET.get("preview"), find=request.GET.get("find", "")
                 ),
             }
         return super().change_view(request, object_id, form_url, extra_context)
