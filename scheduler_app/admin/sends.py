@@ -30,6 +30,7 @@ from django.utils.html import format_html, format_html_join
 from scheduler_app import clock
 from scheduler_app.admin.base import SchedulerModelAdmin, form_checked
 from scheduler_app.admin.display import paused_banner, seconds, utc
+from scheduler_app.admin.fields import AddressListField, NamedValuesField
 from scheduler_app.admin.pagination import BoundedPaginator
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
@@ -42,7 +43,7 @@ from scheduler_app.sends import batches, states
 from scheduler_app.sends.audience import registered_audiences
 from scheduler_app.sends.checklist import CheckItem, ChecklistFailed, run_checklist
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK
-from scheduler_app.sends.dry_run import address_problem, dry_run, report_storage
+from scheduler_app.sends.dry_run import dry_run, report_storage
 
 Status = SendBatch.Status
 DRAFT_FIELDS = list(batches.DRAFT_FIELDS)
@@ -96,33 +97,12 @@ def checklist_html(items: list[CheckItem]) -> str:
     )
 
 
-class AddressListField(forms.CharField):
-    """A list of email addresses, typed one a line; blank lines are ignored."""
-
-    widget = forms.Textarea(attrs={"rows": 3})
-
-    def prepare_value(self, value: Any) -> Any:
-        return "\n".join(value) if isinstance(value, list) else value
-
-    def to_python(self, value: Any) -> list[str]:  # type: ignore[override]
-        text = super().to_python(value)
-        return [line.strip() for line in text.splitlines() if line.strip()]
-
-    def validate(self, value: list[str]) -> None:
-        super().validate(value)
-        for number, address in enumerate(value, 1):
-            if "\x00" in address:
-                continue  # no text column stores it: the form's clean_seed_list says so
-            problem = address_problem(address)
-            if problem:
-                raise forms.ValidationError("Line %s, %s: %s" % (number, address, problem))
-
-
 class SendBatchForm(forms.ModelForm):
     """Blank JSON fields mean "none" (the columns are NOT NULL); parameters are an object;
     every JSON value is one the database can store. Templates keep their whitespace and
     are stored with LF line endings, whatever the browser sent. The audience is one of the
-    registered audiences; the seed list is typed one address a line."""
+    registered audiences; the seed list is typed one address a line, the seed context one
+    "name = value" a line."""
 
     audience = forms.ChoiceField(
         choices=lambda: [("", "---------")] + [(n, n) for n in registered_audiences()],
@@ -131,6 +111,14 @@ class SendBatchForm(forms.ModelForm):
     seed_list = AddressListField(
         required=False,
         help_text="Addresses for seed sends, one a line.",
+    )
+    seed_context = NamedValuesField(
+        required=False,
+        help_text=(
+            "What the seed send's message is rendered with, one “name = value” a line "
+            "(first_name = Ada). A value is text; 42, 3.5, true, false, null, "
+            '"quoted text", [lists] and {objects} are read as JSON.'
+        ),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -158,12 +146,7 @@ class SendBatchForm(forms.ModelForm):
         return form_checked(check_payload, self.cleaned_data["seed_list"], name="seed list")
 
     def clean_seed_context(self) -> dict[str, Any]:
-        value = self.cleaned_data["seed_context"]
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise forms.ValidationError("The seed context must be a JSON object.")
-        return form_checked(check_payload, value, name="seed context")
+        return form_checked(check_payload, self.cleaned_data["seed_context"], name="seed context")
 
     def clean_undo_window(self) -> dt.timedelta:
         # schedule()'s rule, which scheduling the batch applies again (planned_start).
@@ -370,10 +353,8 @@ class SendBatchAdmin(SchedulerModelAdmin):
                 "batch_actions": allowed,
                 "flow": self.flow_steps(request, batch, allowed),
                 "can_duplicate": self.has_add_permission(request),
-                "preview": (
-                    batches.preview(batch, request.GET.get("preview"))
-                    if batch.status == Status.DRAFT
-                    else None
+                "preview": batches.preview(
+                    batch, request.GET.get("preview"), find=request.GET.get("find", "")
                 ),
             }
         return super().change_view(request, object_id, form_url, extra_context)

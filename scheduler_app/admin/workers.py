@@ -12,11 +12,11 @@ from scheduler_app.models import WorkerHeartbeat
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(SchedulerModelAdmin):
     empty_text = "No workers seen yet: each runworker process writes its row here when it starts."
+    # The worker id is host:pid:suffix, so host and pid are no columns of their own (host
+    # is a filter, both are on the worker's page): the list fits 1280 px.
     list_display = [
         "worker_id",
         "status",
-        "host",
-        "pid",
         "version",
         "queues_display",
         "concurrency",

@@ -30,7 +30,7 @@ from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.schedules.per_item import local_run_time
 from scheduler_app.scheduling import JobRequest, check_undo_window, schedule, schedule_many
 from scheduler_app.sends import states
-from scheduler_app.sends.audience import freeze, get_audience
+from scheduler_app.sends.audience import freeze, get_audience, thaw_context
 from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK, Outcome, deliver
 from scheduler_app.sends.providers import SenderRefused, SlowDown, get_provider
 from scheduler_app.sends.rendering import MessageTemplate, RenderError
@@ -103,45 +103,120 @@ def compile_template(batch: SendBatch) -> MessageTemplate:
         raise ValidationError(exc.message) from exc
 
 
-#: How many recipients of the live audience a preview offers to pick from.
+#: How many recipients of each audience (frozen, live) a preview offers to pick from.
 PREVIEW_CHOICES = 20
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Preview:
-    """A draft's message rendered for one recipient of its audience, or why it cannot be."""
+    """A batch's message rendered for one recipient of its frozen or live audience, or why
+    it cannot be. A choice is ``("frozen:<key>" | "live:<key>", what the picker shows)``."""
 
-    choices: list[tuple[str, str]]  # (key, address) of the first recipients
-    key: str = ""
+    frozen: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    live: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    picked: str = ""
     subject: str = ""
     text: str = ""
     html: str = ""
     error: str = ""
 
 
-def preview(batch: SendBatch, key: str | None = None) -> Preview:
-    """Render ``batch``'s message for the recipient ``key`` (default: the first) among the
-    first PREVIEW_CHOICES of its live audience, as the send would; nothing is stored."""
+def preview(batch: SendBatch, pick: str | None = None, *, find: str = "") -> Preview:
+    """Render ``batch``'s message as the send would, for the recipient ``pick``: a frozen
+    recipient (``"frozen:<key>"``, once the audience is frozen) or one of the first
+    PREVIEW_CHOICES of the live audience (``"live:<key>"``). ``find`` picks the frozen
+    recipient with that address (any case) or key. Default: the first frozen recipient,
+    else the first of the live audience. Nothing is stored or sent."""
     try:
         template = compile_template(batch)
-        query = get_audience(batch.audience, batch.audience_params)
-        rows = list(itertools.islice(query.rows(), PREVIEW_CHOICES))
     except SchedulerError as exc:
-        return Preview(choices=[], error=str(exc))
-    choices = [(row["key"], row["address"]) for row in rows]
-    row = next((r for r in rows if key is None or r["key"] == key), None)
-    if row is None:
-        return Preview(choices=choices, error="Pick a recipient from the list.")
-    try:
-        message = template.render(row["address"], row["context"])
-    except RenderError as exc:
-        return Preview(choices=choices, key=row["key"], error=exc.message)
+        return Preview(error=str(exc))
+    source, _, key = (pick or "").partition(":")
+    frozen = list(_frozen_recipients(batch))
+    live, live_error = _live_rows(batch)
+    chosen: Recipient | dict[str, Any] | None = None
+    error = ""
+    if find.strip():
+        chosen = _frozen_recipient(batch, find.strip(), by_address=True)
+        if chosen is None:
+            error = "No recipient of the frozen audience has the address or key %s." % (
+                find.strip()
+            )
+    elif source == "frozen":
+        chosen = _frozen_recipient(batch, key)
+    elif source == "live":
+        chosen = next((row for row in live if row["key"] == key), None)
+    elif frozen or live:
+        chosen = frozen[0] if frozen else live[0]
+    if isinstance(chosen, Recipient) and chosen.pk not in {r.pk for r in frozen}:
+        frozen.insert(0, chosen)  # found beyond the first choices: offer it too
+    choices = {
+        "frozen": [("frozen:%s" % r.recipient_key, _frozen_label(r)) for r in frozen],
+        "live": [("live:%s" % row["key"], row["address"]) for row in live],
+    }
+    if chosen is None:
+        return Preview(**choices, error=error or live_error or "Pick a recipient from the list.")
+    if isinstance(chosen, Recipient):
+        picked = "frozen:%s" % chosen.recipient_key
+        try:
+            context = thaw_context(batch.context_types, chosen.context)
+            message = template.render(chosen.address, context)
+        except RenderError as exc:
+            return Preview(**choices, picked=picked, error=_blanked(batch) or exc.message)
+    else:
+        picked = "live:%s" % chosen["key"]
+        try:
+            message = template.render(chosen["address"], chosen["context"])
+        except RenderError as exc:
+            return Preview(**choices, picked=picked, error=exc.message)
     return Preview(
-        choices=choices,
-        key=row["key"],
+        **choices,
+        picked=picked,
         subject=message.subject,
         text=message.text,
         html=message.html or "",
+    )
+
+
+def _frozen_recipients(batch: SendBatch) -> QuerySet:
+    """Return the first PREVIEW_CHOICES recipients of the frozen audience (no seeds)."""
+    if batch.frozen_at is None:
+        return Recipient.objects.none()
+    return Recipient.objects.filter(batch=batch, is_seed=False).order_by("id")[:PREVIEW_CHOICES]
+
+
+def _frozen_recipient(batch: SendBatch, wanted: str, *, by_address: bool = False) -> Any:
+    """Return the frozen recipient keyed ``wanted`` (or, ``by_address``, with that address
+    in any case), or None."""
+    if batch.frozen_at is None or "\x00" in wanted:  # no stored text holds a NUL
+        return None
+    matches = Q(recipient_key=wanted)
+    if by_address:
+        matches |= Q(address__iexact=wanted)
+    return Recipient.objects.filter(matches, batch=batch, is_seed=False).order_by("id").first()
+
+
+def _frozen_label(recipient: Recipient) -> str:
+    return "%s (%s)" % (recipient.address, recipient.get_status_display())
+
+
+def _live_rows(batch: SendBatch) -> tuple[list[dict[str, Any]], str]:
+    """Return the first PREVIEW_CHOICES rows of the live audience, or why there are none."""
+    try:
+        query = get_audience(batch.audience, batch.audience_params)
+        return list(itertools.islice(query.rows(), PREVIEW_CHOICES)), ""
+    except SchedulerError as exc:
+        return [], str(exc)
+
+
+def _blanked(batch: SendBatch) -> str:
+    """Say why a frozen recipient's data is gone, if retention blanked it."""
+    if batch.contexts_blanked_at is None:
+        return ""
+    return (
+        "Retention blanked the recipients' data of this batch on %s "
+        "(RETENTION_RECIPIENT_CONTEXT_DAYS): the message cannot be rendered again."
+        % batch.contexts_blanked_at.strftime("%Y-%m-%d")
     )
 
 

@@ -25,19 +25,28 @@ ADMIN_GROUPS = {
 
 
 @register.filter
-def scheduler_groups(app_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def scheduler_groups(
+    app_list: list[dict[str, Any]], with_app_name: bool = False
+) -> list[dict[str, Any]]:
     """Return the scheduler app's entry of ``app_list`` as one entry per ADMIN_GROUPS heading
-    (a model no group names goes under "Other"); other apps' entries as they are."""
+    (a model no group names goes under "Other"); other apps' entries as they are.
+
+    ``with_app_name``: headings read "Scheduler: Operations", for the site's index, where
+    other apps' entries stand beside them.
+    """
     grouped = []
     for app in app_list:
         if app["app_label"] != "scheduler_app":
             grouped.append(app)
             continue
         models = {model["object_name"].lower(): model for model in app["models"]}
-        for heading, names in ADMIN_GROUPS.items():
-            found = [models.pop(name) for name in names if name in models]
+        groups = [
+            (heading, [models.pop(name) for name in names if name in models])
+            for heading, names in ADMIN_GROUPS.items()
+        ]
+        groups.append(("Other", list(models.values())))
+        for heading, found in groups:
             if found:
-                grouped.append({**app, "name": heading, "models": found})
-        if models:
-            grouped.append({**app, "name": "Other", "models": list(models.values())})
+                name = "%s: %s" % (app["name"], heading) if with_app_name else heading
+                grouped.append({**app, "name": name, "models": found})
     return grouped

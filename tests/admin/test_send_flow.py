@@ -4,12 +4,14 @@ uses keeps the dry-run and the seed send; an undone batch is duplicated as a new
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 
-from scheduler_app.models import SendBatch
-from scheduler_app.sends.batches import DRAFT_FIELDS, schedule_batch
+from scheduler_app.models import Recipient, SendBatch
+from scheduler_app.sends.batches import DRAFT_FIELDS, PREVIEW_CHOICES, schedule_batch
 from scheduler_app.sends.checklist import run_checklist
+from scheduler_app.sends.dispatch import start_sending
 from tests.admin.conftest import (
     UNPREPARED,
     change,
@@ -18,6 +20,7 @@ from tests.admin.conftest import (
     messages_of,
     post_action,
 )
+from tests.testapp.models import Customer
 
 pytestmark = pytest.mark.django_db
 
@@ -255,16 +258,73 @@ def test_a_draft_previews_its_message_for_a_recipient_picked_from_the_audience(
 ):
     batch = make_batch()
     page = admin.get(change("sendbatch", batch.pk))
-    assert page.context["preview"].choices == [
-        (str(c.pk), c.email) for c in customers
+    assert page.context["preview"].frozen == []  # a draft has no frozen audience yet
+    assert page.context["preview"].live == [
+        ("live:%s" % c.pk, c.email) for c in customers
     ]  # the first recipients of the live audience; the first is shown
     html = page.content.decode()
     assert '<pre class="preview-subject">News for Ada</pre>' in html
     grace = customers[1]
-    html = admin.get(change("sendbatch", batch.pk), {"preview": grace.pk}).content.decode()
+    html = admin.get(change("sendbatch", batch.pk), {"preview": "live:%s" % grace.pk}).content
+    html = html.decode()
     assert '<pre class="preview-subject">News for Grace</pre>' in html
     assert '<pre class="preview-text">Hi Grace, here is the spring news.</pre>' in html
-    assert '<option value="%s" selected>grace@example.com</option>' % grace.pk in html
+    assert '<option value="live:%s" selected>grace@example.com</option>' % grace.pk in html
+
+
+def preview_of(client, batch, **query) -> Any:
+    return client.get(change("sendbatch", batch.pk), query).context["preview"]
+
+
+def test_a_frozen_batch_previews_for_a_recipient_of_its_frozen_or_its_live_audience(
+    admin, make_batch, customers
+):
+    """The frozen audience is what the send uses; the live one may have changed since."""
+    batch = schedule_batch(make_batch(), relax=UNPREPARED)
+    before_freeze = preview_of(admin, batch)
+    assert (before_freeze.frozen, before_freeze.subject) == ([], "News for Ada")
+    assert start_sending(batch.pk) is not None  # freezes the audience
+    ada, grace, linus = customers
+    Customer.objects.filter(pk=ada.pk).update(first_name="Adeline")
+    Recipient.objects.filter(batch=batch, recipient_key=str(grace.pk)).update(status="sent")
+
+    shown = preview_of(admin, batch)
+    assert shown.frozen == [
+        ("frozen:%s" % ada.pk, "ada@example.com (pending)"),
+        ("frozen:%s" % grace.pk, "grace@example.com (sent)"),
+        ("frozen:%s" % linus.pk, "linus@example.org (pending)"),
+    ]
+    assert shown.live == [("live:%s" % c.pk, c.email) for c in customers]
+    assert (shown.picked, shown.subject) == ("frozen:%s" % ada.pk, "News for Ada")
+    assert preview_of(admin, batch, preview="live:%s" % ada.pk).subject == "News for Adeline"
+    assert preview_of(admin, batch, preview="frozen:%s" % grace.pk).text == (
+        "Hi Grace, here is the spring news."
+    )
+    found = preview_of(admin, batch, find=" LINUS@example.org ")
+    assert (found.picked, found.subject) == ("frozen:%s" % linus.pk, "News for Linus")
+    assert preview_of(admin, batch, find=str(grace.pk)).subject == "News for Grace"
+
+    html = admin.get(change("sendbatch", batch.pk), {"find": "nobody@example.com"}).content
+    assert (
+        '<p class="preview-error errornote">No recipient of the frozen audience has the '
+        "address or key nobody@example.com.</p>"
+    ) in html.decode()
+    for bad in ({"find": "ada\x00@example.com"}, {"preview": "frozen:1\x00"}):
+        assert admin.get(change("sendbatch", batch.pk), bad).status_code == 200
+
+
+def test_a_frozen_recipient_is_found_beyond_the_first_choices(admin, make_batch, db):
+    Customer.objects.bulk_create(
+        Customer(email="c%s@example.com" % i, first_name="Name%s" % i, plan="pro")
+        for i in range(PREVIEW_CHOICES + 5)
+    )
+    batch = schedule_batch(make_batch(), relax=UNPREPARED)
+    assert start_sending(batch.pk) is not None
+    last = Recipient.objects.filter(batch=batch).order_by("id").last()
+    shown = preview_of(admin, batch, find=last.address)
+    assert len(shown.frozen) == PREVIEW_CHOICES + 1  # the one found is offered too
+    assert shown.frozen[0] == ("frozen:%s" % last.recipient_key, "%s (pending)" % last.address)
+    assert shown.subject == "News for %s" % Customer.objects.get(email=last.address).first_name
 
 
 def test_a_preview_that_cannot_render_says_why(admin, make_batch, customers):
@@ -274,3 +334,71 @@ def test_a_preview_that_cannot_render_says_why(admin, make_batch, customers):
         '<p class="preview-error errornote">'
         "Variable &#x27;nickname&#x27; is missing from the recipient&#x27;s data.</p>"
     ) in html
+
+
+def test_the_seed_context_is_typed_one_name_and_value_a_line(admin, make_batch):
+    """Stored as the same JSON object as before; a value is text unless it reads as JSON."""
+    batch = make_batch(
+        seed_context={"first_name": "Seed", "orders": 3, "zip": "75001", "code": "007"}
+    )
+    page = admin.get(change("sendbatch", batch.pk))
+    html = page.content.decode()
+    typed = html.split('name="seed_context"', 1)[1].split(">", 1)[1].split("</textarea>")[0]
+    # In the stored order (PostgreSQL's jsonb orders the keys its own way).
+    assert sorted(typed.strip("\n").splitlines()) == [
+        "code = 007",
+        "first_name = Seed",
+        "orders = 3",
+        "zip = &quot;75001&quot;",
+    ]
+    data = form_data(page)
+    assert admin.post(change("sendbatch", batch.pk), data).status_code == 302
+    assert SendBatch.objects.get(pk=batch.pk).seed_context == {
+        "first_name": "Seed",
+        "orders": 3,
+        "zip": "75001",
+        "code": "007",
+    }
+    data["seed_context"] = (
+        "first_name =  Ada Lovelace \r\n\r\nvip=true\r\ncity = \r\n"
+        'tags = ["a", "b"]\r\nnote = "two\\nlines"\r\nprice = 3.50\r\nn = -2\r\n'
+    )
+    assert admin.post(change("sendbatch", batch.pk), data).status_code == 302
+    assert SendBatch.objects.get(pk=batch.pk).seed_context == {
+        "first_name": "Ada Lovelace",
+        "vip": True,
+        "city": "",
+        "tags": ["a", "b"],
+        "note": "two\nlines",
+        "price": "3.50",
+        "n": -2,
+    }
+
+
+@pytest.mark.parametrize(
+    ("typed", "error"),
+    [
+        ("first_name = Ada\r\nAda Lovelace", 'Line 2, Ada Lovelace: write it as "name = value".'),
+        (
+            "first name = Ada",
+            "Line 1, first name = Ada: 'first name' is not a name a template can use "
+            "(letters, digits and underscores, starting with a letter).",
+        ),
+        (
+            "first_name = Ada\r\nfirst_name = Grace",
+            "Line 2, first_name = Grace: first_name is already set on line 1.",
+        ),
+        (
+            'tags = ["a", "b"',
+            'Line 1, tags = ["a", "b": the value starts like JSON but is not valid JSON '
+            "(put it in double quotes to mean the text): Expecting ',' delimiter.",
+        ),
+    ],
+)
+def test_a_bad_seed_context_line_is_named_in_the_error(admin, make_batch, typed, error):
+    batch = make_batch(seed_context={"first_name": "Seed"})
+    data = form_data(admin.get(change("sendbatch", batch.pk)))
+    data["seed_context"] = typed
+    response = admin.post(change("sendbatch", batch.pk), data)
+    assert response.context["adminform"].form.errors == {"seed_context": [error]}
+    assert SendBatch.objects.get(pk=batch.pk).seed_context == {"first_name": "Seed"}

@@ -70,7 +70,7 @@ def test_add_form_creates_a_draft_owned_by_the_operator(admin, superuser):
             "audience_params": '{"plan": "pro"}',
             "expected_max_audience": "10",
             "seed_list": "seed@example.com",
-            "seed_context": '{"first_name": "Seed"}',
+            "seed_context": "first_name = Seed",
             "scheduled_at_0": "2026-10-01",
             "scheduled_at_1": "08:00:00",
             "timezone": "Europe/Paris",
@@ -627,7 +627,8 @@ def test_audience_params_must_be_a_json_object(admin, make_batch):
 @pytest.mark.parametrize(
     ("field", "value", "what"),
     [
-        ("seed_context", '{"first_name": "a\\u0000"}', "seed context"),
+        ("seed_context", 'first_name = "a\\u0000"', "seed context"),
+        ("seed_context", "first_name = a\x00", "seed context"),
         ("audience_params", '{"plan": "a\\u0000"}', "audience parameter object"),
         ("seed_list", "qa\x00@example.com", "seed list"),
     ],

@@ -1,6 +1,7 @@
 """The send flow in a real Chromium (#38): a checked batch saved with a new send time stays
 checked; the undo countdown in minutes and seconds, and an undone batch duplicated as a draft;
-a job's page has its buttons, no Save."""
+a job's page has its buttons, no Save; a draft previewed, dry-run, seed sent and scheduled from
+its page; a frozen batch previewed for a recipient of its frozen or its live audience."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from scheduler_app import schedule
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends.batches import schedule_batch, seed_send
 from scheduler_app.sends.checklist import run_checklist
+from scheduler_app.sends.dispatch import start_sending
 from scheduler_app.sends.dry_run import dry_run
 from tests.browser.test_operator_admin import RELAX, make_batch, make_customers, message
+from tests.testapp.models import Customer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -106,3 +109,30 @@ def test_a_draft_is_previewed_dry_run_seed_sent_and_scheduled_from_its_page(admi
     assert "Spring news scheduled" in message(page, "success")
     assert page.url.endswith("/sendbatch/%s/change/" % batch.pk)
     assert SendBatch.objects.get(pk=batch.pk).status == SendBatch.Status.SCHEDULED
+
+
+def test_a_sending_batch_is_previewed_for_a_frozen_or_a_live_recipient(admin_page):
+    page = admin_page
+    make_customers(3)
+    batch = schedule_batch(make_batch(), relax=RELAX)
+    assert start_sending(batch.pk) is not None  # the audience is frozen
+    first, _, last = Customer.objects.order_by("pk")
+    Customer.objects.filter(pk=first.pk).update(first_name="Renamed")  # after the freeze
+    page.goto("/admin/scheduler_app/sendbatch/%s/change/" % batch.pk)
+    picker = page.locator("#preview-recipient")
+    assert picker.locator("optgroup").evaluate_all("groups => groups.map(g => g.label)") == [
+        "Frozen audience (who this batch sends to)",
+        "Live audience (as it is now)",
+    ]
+    assert picker.input_value() == "frozen:%s" % first.pk
+    assert page.locator("pre.preview-subject").inner_text() == "News for Name0"
+    picker.select_option("live:%s" % first.pk)
+    page.get_by_role("button", name="Preview", exact=True).click()
+    assert page.locator("pre.preview-subject").inner_text() == "News for Renamed"
+    page.fill("#preview-find", "C2@EXAMPLE.COM")
+    page.get_by_role("button", name="Find", exact=True).click()
+    assert page.locator("pre.preview-subject").inner_text() == "News for Name2"
+    assert page.locator("#preview-recipient").input_value() == "frozen:%s" % last.pk
+    assert page.locator("#preview-recipient option:checked").inner_text() == (
+        "c2@example.com (pending)"
+    )
