@@ -12,8 +12,19 @@ class SchedulerAppConfig(AppConfig):
     def ready(self) -> None:
         from scheduler_app import (
             checks,  # noqa: F401  (registers the system checks)
+            cursors,
+            database_clock,
+            db,
+            registry,
             retention,  # noqa: F401  (registers the prune task)
+            scheduling,
         )
+        from scheduler_app.models import SyncCursor
+
+        # What the modules below the models call back, connected now that they are loaded.
+        database_clock.now_sql.connect(db.now_sql)
+        cursors.saved_value.connect(SyncCursor.objects.saved_value)
+        registry.schedule_job.connect(scheduling.schedule)
         from scheduler_app.feedback import anymail
         from scheduler_app.sends import dispatch  # noqa: F401  (registers the send tasks)
 

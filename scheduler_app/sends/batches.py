@@ -23,7 +23,8 @@ from django.db.models.functions import Cast, Concat
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user, paused_scopes, record
-from scheduler_app.db import DatabaseNow, database_now
+from scheduler_app.database_clock import DatabaseNow
+from scheduler_app.db import database_now
 from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.feedback.unsubscribe import recipient_token, with_unsubscribe
 from scheduler_app.models import Job, Recipient, SendBatch

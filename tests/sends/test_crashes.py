@@ -15,7 +15,7 @@ import pytest
 from django.db import DatabaseError, connection
 
 from scheduler_app import clock
-from scheduler_app.db import DatabaseNow
+from scheduler_app.database_clock import DatabaseNow
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.providers import SenderRefused
 from scheduler_app.sends.rendering import Message
