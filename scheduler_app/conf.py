@@ -459,9 +459,6 @@ def message_id_domain() -> str:
 def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
     if setting == "SCHEDULER_APP":
         app_settings.reload()
-        from scheduler_app.sends.providers import reset_providers
-
-        reset_providers()
 
 
 setting_changed.connect(_reload_on_change)
