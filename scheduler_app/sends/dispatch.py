@@ -37,15 +37,15 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connection, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 from django.db.models import F, Max, Min
 from django.db.models.functions import Coalesce, Greatest
 
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
-from scheduler_app.db import backend, database_now, write_across_reconnects
-from scheduler_app.exceptions import RetryLater, SchedulerError, describe
+from scheduler_app.db import backend, write_across_reconnects
+from scheduler_app.exceptions import RetryLater, describe
 from scheduler_app.feedback import suppressions
 from scheduler_app.feedback.unsubscribe import (
     UnsubscribeLinks,
@@ -72,6 +72,7 @@ from scheduler_app.sends.providers import (
     in_use,
 )
 from scheduler_app.sends.rendering import Message, MessageTemplate, RenderError
+from scheduler_app.sends.start import start_sending
 from scheduler_app.sends.window import Window
 
 logger = logging.getLogger("scheduler_app.sends")
@@ -170,48 +171,6 @@ def run_lane(batch_id: int, *, claim: str, should_stop: Callable[[], bool]) -> d
     if batch is None:
         return {}
     return Lane(batch, template, claim=claim, should_stop=should_stop).run()
-
-
-def start_sending(batch_id: int) -> SendBatch | None:
-    """Move a scheduled batch to sending, freezing its audience first; return it if sending."""
-    from scheduler_app.sends.batches import freeze_audience
-
-    with transaction.atomic():
-        batch = SendBatch.objects.select_for_update().get(pk=batch_id)
-        if batch.status == SendBatch.Status.SCHEDULED:
-            now = database_now()  # recipients' due times are compared with it
-            late = stale.batch_late_by(batch, now)
-            if late is not None:
-                stale.pause_stale(batch, late, what="the send")
-                return None
-            if batch.frozen_at is None:
-                try:
-                    with transaction.atomic():
-                        count = freeze_audience(batch, now=now)
-                except (OperationalError, InterfaceError):
-                    raise  # the database is away: try again
-                except (SchedulerError, DatabaseError) as exc:
-                    states.fail(batch_id, "The audience could not be frozen: %s" % exc)
-                    return None
-                if count > batch.expected_max_audience:
-                    states.fail(
-                        batch_id,
-                        "Audience of %s recipients exceeds the expected maximum of %s; "
-                        "nothing was sent." % (count, batch.expected_max_audience),
-                    )
-                    return None
-            SendBatch.objects.filter(pk=batch_id, status=SendBatch.Status.SCHEDULED).update(
-                status=SendBatch.Status.SENDING, started_at=now
-            )
-            batch.status = SendBatch.Status.SENDING
-            logger.info(
-                "batch sending batch=%s recipients=%s scheduled_at=%s timezone=%s",
-                batch_id,
-                batch.total,
-                batch.scheduled_at,
-                batch.timezone,
-            )
-    return batch if batch.status == SendBatch.Status.SENDING else None
 
 
 def _count_lane_error(batch_id: int, exc: Exception) -> None:

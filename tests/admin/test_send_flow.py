@@ -8,8 +8,9 @@ import datetime as dt
 import pytest
 
 from scheduler_app.models import SendBatch
-from scheduler_app.sends.batches import DRAFT_FIELDS, schedule_batch
+from scheduler_app.sends.batches import schedule_batch
 from scheduler_app.sends.checklist import run_checklist
+from scheduler_app.sends.content import DRAFT_FIELDS
 from tests.admin.conftest import (
     UNPREPARED,
     change,

@@ -9,7 +9,7 @@ import pytest
 
 from scheduler_app import schedule
 from scheduler_app.models import Job, JobAttempt, Recipient, Schedule
-from scheduler_app.sends.dispatch import start_sending
+from scheduler_app.sends.start import start_sending
 from tests.browser.test_admin_polish import scheduled_batch
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
