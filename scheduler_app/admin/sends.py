@@ -41,8 +41,8 @@ from scheduler_app.scheduling import check_payload, check_undo_window
 from scheduler_app.sends import batches, content, states
 from scheduler_app.sends.audience import registered_audiences
 from scheduler_app.sends.checklist import CheckItem, ChecklistFailed, run_checklist
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 from scheduler_app.sends.dry_run import address_problem, dry_run, report_storage
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 
 Status = SendBatch.Status
 DRAFT_FIELDS = list(content.DRAFT_FIELDS)

@@ -34,13 +34,13 @@ from scheduler_app.models import (
 from scheduler_app.registry import all_tasks
 from scheduler_app.retention import refusal_finding
 from scheduler_app.schedules.recurrence import occurrences_after
-from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
 from scheduler_app.sends.stale import (
     STALE_MESSAGES,
     refused_messages,
     stale_messages_summary,
 )
 from scheduler_app.sends.states import STALE_PREFIX
+from scheduler_app.sends.task_names import SEND_MESSAGE_TASK
 from scheduler_app.targets import CADENCE_SLACK, NO_TARGETS, Targets
 
 Kind = Alert.Kind

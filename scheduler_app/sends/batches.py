@@ -31,11 +31,12 @@ from scheduler_app.sends import states
 from scheduler_app.sends.audience import get_audience
 from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
 from scheduler_app.sends.content import DRAFT_FIELDS, compile_template, fingerprint
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK, Outcome, deliver
+from scheduler_app.sends.delivery import Outcome, deliver
 from scheduler_app.sends.providers import SenderRefused, SlowDown, get_provider
 from scheduler_app.sends.rendering import MessageTemplate, RenderError
 from scheduler_app.sends.stale import resolve_stale_alert
 from scheduler_app.sends.states import earliest_start
+from scheduler_app.sends.task_names import SEND_BATCH_TASK, SEND_MESSAGE_TASK
 
 logger = logging.getLogger("scheduler_app.sends")
 Status = SendBatch.Status
