@@ -262,7 +262,7 @@ class Chaos:
     def kill_one(self, at_s: float, sent: int) -> None:
         """SIGKILL a worker (target "lane": one running a lane if any), start a new one at once."""
         from scheduler_app.models import Job
-        from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+        from scheduler_app.sends.task_names import SEND_BATCH_TASK
 
         running = Job.objects.filter(task_name=SEND_BATCH_TASK, status=Job.Status.RUNNING)
         holders = {_pid(worker_id) for worker_id in running.values_list("worker_id", flat=True)}

@@ -427,7 +427,7 @@ class BackendCpu:
 LANE_FRAMES = [
     ("run_lane (scheduler_app/sends/dispatch.py)", "run_lane (the lane, all of it)"),
     ("claim_recipients (scheduler_app/db/postgresql.py)", "  claim_recipients: CLAIM chunk"),
-    ("_send_chunk (scheduler_app/sends/dispatch.py)", "  _send_chunk"),
+    ("_send_chunk (scheduler_app/sends/lane.py)", "  _send_chunk"),
     ("acquire (scheduler_app/sends/limiter.py)", "    limiter.acquire"),
     ("_suppressed (scheduler_app/sends/dispatch.py)", "    suppression check"),
     ("MessageTemplate.render (scheduler_app/sends/rendering.py)", "    render"),

@@ -12,11 +12,22 @@ class SchedulerAppConfig(AppConfig):
     def ready(self) -> None:
         from scheduler_app import (
             checks,  # noqa: F401  (registers the system checks)
+            cursors,
+            database_clock,
+            db,
+            registry,
             retention,  # noqa: F401  (registers the prune task)
+            scheduling,
         )
         from scheduler_app.feedback import anymail
+        from scheduler_app.models import SyncCursor
         from scheduler_app.sends import dispatch  # noqa: F401  (registers the send tasks)
 
+        # What the modules below the models call back (scheduler_app.hooks), now that
+        # the models are loaded.
+        database_clock.now_sql.connect(db.now_sql)
+        cursors.saved_value.connect(SyncCursor.objects.saved_value)
+        registry.schedule_job.connect(scheduling.schedule)
         anymail.connect()
 
         if _tasks_framework_installed():

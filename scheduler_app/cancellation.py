@@ -7,10 +7,11 @@ from typing import Any
 
 from scheduler_app import clock
 from scheduler_app.controls import as_user
-from scheduler_app.db import backend, job_from_state
+from scheduler_app.db import backend
+from scheduler_app.db.job_state import job_from_state
 from scheduler_app.exceptions import SendLaneNotCancellable
 from scheduler_app.models import Job
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 
 
 class CancelOutcome(enum.StrEnum):

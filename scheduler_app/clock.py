@@ -5,7 +5,7 @@ real clock, so process tests stage expiry by moving rows' timestamps instead.
 
 now() is this host's clock. What hosts compare with each other (leases,
 rescue, due times, undo deadlines) is compared in the database against
-``scheduler_app.db.DatabaseNow``, which follows a frozen clock too.
+``scheduler_app.database_clock.DatabaseNow``, which follows a frozen clock too.
 """
 
 from __future__ import annotations

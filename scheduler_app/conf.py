@@ -7,6 +7,7 @@ access (cached until Django's ``setting_changed`` fires), so tests can use
 
 from __future__ import annotations
 
+import math
 from email.utils import parseaddr
 from typing import Any
 
@@ -421,6 +422,20 @@ def is_integer(value: Any, low: int, high: float = LARGEST_INTEGER) -> bool:
     return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
 
 
+def is_number(value: Any) -> bool:
+    """Return whether ``value`` is a finite int or float (not a bool, NaN or infinity).
+
+    NaN passes every comparison the checks make (``nan <= 0`` is false), and an
+    infinite lease or interval never expires.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float (10**400)
+        return False
+
+
 class AppSettings:
     """Attribute access to ``settings.SCHEDULER_APP`` merged over DEFAULTS."""
 
@@ -459,9 +474,6 @@ def message_id_domain() -> str:
 def _reload_on_change(*, setting: str, **kwargs: Any) -> None:
     if setting == "SCHEDULER_APP":
         app_settings.reload()
-        from scheduler_app.sends.providers import reset_providers
-
-        reset_providers()
 
 
 setting_changed.connect(_reload_on_change)

@@ -24,10 +24,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from scheduler_app.bounds import LARGEST_INTEGER
+from scheduler_app.hooks import Hook
 from scheduler_app.payloads import check_payload
 
 #: The result key the cursor's processed count goes under when the task declares none.
 DEFAULT_COUNT_KEY = "processed"
+
+#: ``saved_value(name)``: the value saved under a cursor's name, None if never saved
+#: (``SyncCursor.objects.saved_value``: the registry, and so JobContext and this module,
+#: loads before the models).
+saved_value: Hook[[str], Any] = Hook("cursors.saved_value")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -78,11 +84,7 @@ class Cursors:
         if name not in self._opened:
             if not isinstance(name, str) or not 0 < len(name) <= 200:
                 raise ValueError("A cursor name is a string of 1 to 200 characters.")
-            # Imported here: the registry (and so JobContext) loads before the models.
-            from scheduler_app.models import SyncCursor
-
-            value = SyncCursor.objects.filter(name=name).values_list("value", flat=True).first()
-            self._opened[name] = Cursor(name, value)
+            self._opened[name] = Cursor(name, saved_value(name))
         return self._opened[name]
 
     def proposals(self) -> tuple[CursorProposal, ...]:
@@ -99,20 +101,3 @@ def with_processed_count(result: Any, proposals: Iterable[CursorProposal], key: 
     if not counts or not (result is None or isinstance(result, dict)) or key in (result or {}):
         return result
     return {**(result or {}), key: sum(counts)}
-
-
-def save_cursors(saved: Iterable[tuple[int, CursorProposal]]) -> None:
-    """Store (job id, proposal) pairs, in the caller's transaction (the job's outcome's)."""
-    from scheduler_app import clock
-    from scheduler_app.models import SyncCursor
-
-    for job_id, proposal in saved:
-        SyncCursor.objects.update_or_create(
-            name=proposal.name,
-            defaults={
-                "value": proposal.value,
-                "processed": proposal.processed,
-                "job_id": job_id,
-                "updated_at": clock.now(),
-            },
-        )

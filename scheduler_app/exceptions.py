@@ -10,6 +10,8 @@ import datetime as dt
 import email.utils
 from typing import Any
 
+from scheduler_app import clock
+
 
 def describe(exc: BaseException) -> str:
     """Return "Type: message" for ``exc``, even when its ``__str__`` raises (user code)."""
@@ -157,8 +159,6 @@ def parse_retry_after(value: str, *, now: dt.datetime | None = None) -> dt.timed
     Accepts delay-seconds (``"120"``) or an HTTP date
     (``"Wed, 21 Oct 2026 07:28:00 GMT"``); anything else raises ValueError.
     """
-    from scheduler_app.clock import now as clock_now
-
     text = value.strip()
     try:
         if text.isascii() and text.isdigit():
@@ -168,4 +168,4 @@ def parse_retry_after(value: str, *, now: dt.datetime | None = None) -> dt.timed
         raise ValueError("Retry-After is neither seconds nor an HTTP date: %r" % value) from exc
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
-    return max(when - (now or clock_now()), dt.timedelta(0))
+    return max(when - (now or clock.now()), dt.timedelta(0))

@@ -10,7 +10,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from scheduler_app.db import has_lone_surrogate
 from scheduler_app.exceptions import InvalidPayload
 
 
@@ -44,6 +43,12 @@ def check_payload(payload: Any, *, name: str = "payload") -> Any:
             "which the database cannot store." % name
         )
     return stored
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate code point, which UTF-8 cannot encode, so
+    no database's text can hold it (JSON's ``\\ud800`` escape gives one)."""
+    return any("\ud800" <= char <= "\udfff" for char in text)
 
 
 def _has_nul(text: str) -> bool:

@@ -15,6 +15,7 @@ from scheduler_app.exceptions import (
     UnsupportedPayloadVersion,
     ValidationError,
 )
+from scheduler_app.hooks import Hook
 from scheduler_app.retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from scheduler_app.targets import NO_TARGETS, Targets, as_duration, build_targets
 
@@ -76,10 +77,12 @@ class TaskSpec:
 
     def schedule(self, payload: Any = None, **kwargs: Any):  # type: ignore[no-untyped-def]
         """Shortcut for ``scheduler_app.schedule(this_task, payload, ...)``."""
-        from scheduler_app.scheduling import schedule
+        return schedule_job(self, payload, **kwargs)
 
-        return schedule(self, payload, **kwargs)
 
+#: ``schedule_job(task, payload, **options)``: scheduler_app.scheduling.schedule, which
+#: needs the models (the registry loads before them).
+schedule_job: Hook[..., Any] = Hook("registry.schedule_job")
 
 _registry: dict[str, TaskSpec] = {}
 

@@ -32,7 +32,9 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from scheduler_app import clock
+from scheduler_app.alerts.links import admin_link
 from scheduler_app.alerts.memory import remember_pruned
+from scheduler_app.alerts.store import open_alert
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import PruneRefused
 from scheduler_app.models import (
@@ -348,8 +350,6 @@ def _finish(run: PruneRun, outcome: str, counts: dict[str, int], detail: str) ->
 
 
 def _refuse(run: PruneRun, counts: dict[str, int]) -> None:
-    from scheduler_app.alerts import open_alert
-
     detail = "more than PRUNE_MAX_ROWS (%s) rows qualify (%s): nothing deleted." % (
         run.max_rows,
         ", ".join("%s %s" % (count, name) for name, count in sorted(counts.items()) if count),
@@ -361,8 +361,6 @@ def _refuse(run: PruneRun, counts: dict[str, int]) -> None:
 
 def refusal_finding(run: PruneRun | None = None) -> dict[str, Any] | None:
     """Return the alert fields for a refused prune, if the latest real run refused."""
-    from scheduler_app.alerts.links import admin_link
-
     if run is None:
         run = PruneRun.objects.exclude(outcome=PruneRun.Outcome.DRY_RUN).first()
         if run is None or run.outcome != PruneRun.Outcome.REFUSED:

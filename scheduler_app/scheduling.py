@@ -28,13 +28,13 @@ from django.utils import timezone
 from scheduler_app import clock
 from scheduler_app.bounds import LARGEST_INTEGER
 from scheduler_app.conf import app_settings
-from scheduler_app.db import database_now, has_lone_surrogate, in_lists, notify_jobs_scheduled
+from scheduler_app.db import database_now, in_lists, notify_jobs_scheduled
 from scheduler_app.exceptions import (
     InvalidSchedule,
     ValidationError,
 )
 from scheduler_app.models import Job
-from scheduler_app.payloads import check_payload
+from scheduler_app.payloads import check_payload, has_lone_surrogate
 from scheduler_app.registry import TaskSpec, check_queue, get_task
 
 SMALLINT_RANGE = range(-32768, 32768)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from importlib import metadata
 
 from scheduler_app.conf import app_settings
-from scheduler_app.db import DatabaseNow
+from scheduler_app.database_clock import DatabaseNow
 from scheduler_app.models import WorkerHeartbeat
 
 logger = logging.getLogger("scheduler_app.worker")

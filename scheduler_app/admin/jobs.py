@@ -25,7 +25,7 @@ from scheduler_app.conf import app_settings
 from scheduler_app.controls import paused_scopes
 from scheduler_app.exceptions import SendLaneNotCancellable
 from scheduler_app.models import Job, SendBatch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 
 #: The columns of a job's attempt history on its admin page.
 ATTEMPT_COLUMNS = (

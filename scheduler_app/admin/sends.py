@@ -39,14 +39,14 @@ from scheduler_app.exceptions import InvalidSchedule, SchedulerError
 from scheduler_app.feedback.suppressions import batch_feedback
 from scheduler_app.models import RateLimit, Recipient, SendBatch
 from scheduler_app.scheduling import check_payload, check_undo_window
-from scheduler_app.sends import batches, states
+from scheduler_app.sends import batches, content, states
 from scheduler_app.sends.audience import registered_audiences
 from scheduler_app.sends.checklist import CheckItem, ChecklistFailed, run_checklist
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 from scheduler_app.sends.dry_run import dry_run, report_storage
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 
 Status = SendBatch.Status
-DRAFT_FIELDS = list(batches.DRAFT_FIELDS)
+DRAFT_FIELDS = list(content.DRAFT_FIELDS)
 #: Shown below the draft fields on an existing batch (read-only).
 STATE_FIELDS = [
     "status",
@@ -131,7 +131,7 @@ class SendBatchForm(forms.ModelForm):
         cleaned = super().clean()
         for name in TEMPLATE_FIELDS:
             if isinstance(cleaned.get(name), str):
-                cleaned[name] = batches.normalise_newlines(cleaned[name])
+                cleaned[name] = content.normalise_newlines(cleaned[name])
         return cleaned
 
     def clean_audience_params(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce, Greatest
 
 from scheduler_app.alerts.links import admin_link
 from scheduler_app.conf import app_settings
+from scheduler_app.feedback.suppressions import rate_breach
 from scheduler_app.lateness import lateness_by_task
 from scheduler_app.models import (
     Alert,
@@ -31,14 +32,15 @@ from scheduler_app.models import (
     WorkerHeartbeat,
 )
 from scheduler_app.registry import all_tasks
+from scheduler_app.retention import refusal_finding
 from scheduler_app.schedules.recurrence import occurrences_after
-from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
 from scheduler_app.sends.stale import (
     STALE_MESSAGES,
     refused_messages,
     stale_messages_summary,
 )
 from scheduler_app.sends.states import STALE_PREFIX
+from scheduler_app.sends.task_names import SEND_MESSAGE_TASK
 from scheduler_app.targets import CADENCE_SLACK, NO_TARGETS, Targets
 
 Kind = Alert.Kind
@@ -519,8 +521,6 @@ def _stale_messages(situation: Situation) -> list[Finding]:
 
 def prune_refused(situation: Situation) -> list[Finding]:
     """The latest prune (not a dry-run) refused: its breaker tripped (until a prune succeeds)."""
-    from scheduler_app.retention import refusal_finding
-
     finding = refusal_finding()
     return [Finding(**finding)] if finding else []
 
@@ -528,8 +528,6 @@ def prune_refused(situation: Situation) -> list[Finding]:
 def send_feedback(situation: Situation) -> list[Finding]:
     """Batches with complaints or hard bounces in the last FEEDBACK_ALERT_WINDOW whose rate
     passed its limit (COMPLAINT_RATE_LIMIT, BOUNCE_RATE_LIMIT)."""
-    from scheduler_app.feedback.suppressions import rate_breach
-
     recent = (
         FeedbackEvent.objects.filter(
             recorded_at__gte=situation.now - FEEDBACK_ALERT_WINDOW,

@@ -8,19 +8,17 @@ undo_job, read_job_state).
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, connection
-from django.db.models import DateTimeField, Expression
+
+from scheduler_app.database_clock import DatabaseNow as DatabaseNow  # documented here too
 
 if TYPE_CHECKING:
     from scheduler_app.models import Job
-
 
 #: Values per ``IN (...)`` list: SQLite allows only so many parameters in one query.
 IN_LIST_SIZE = 500
@@ -33,12 +31,6 @@ def in_lists(values: Sequence[Any]) -> Iterator[Sequence[Any]]:
 
 
 T = TypeVar("T")
-
-
-def has_lone_surrogate(text: str) -> bool:
-    """Whether ``text`` holds a lone surrogate code point, which UTF-8 cannot encode, so
-    no database's text can hold it (JSON's ``\\ud800`` escape gives one)."""
-    return any("\ud800" <= char <= "\udfff" for char in text)
 
 
 def write_across_reconnects(
@@ -73,6 +65,9 @@ def backend() -> ModuleType:
 
 
 def _backend_for(vendor: str) -> ModuleType:
+    # Imported on first use: this package loads before the models (the migrations' operations
+    # in indexes.py and storage.py are under it), and the vendor modules build their
+    # statements from the models' tables.
     if vendor == "postgresql":
         from scheduler_app.db import postgresql
 
@@ -84,38 +79,10 @@ def _backend_for(vendor: str) -> ModuleType:
     raise NotImplementedError("scheduler_app supports PostgreSQL and SQLite, not %s." % vendor)
 
 
-class DatabaseNow(Expression):
-    """The database's clock plus ``offset``: what every comparison across hosts uses.
-
-    Leases, their renewal and rescue, due times and undo deadlines compare
-    against this, never against a host's clock, so a host whose clock is off
-    can neither rescue a live job nor run one inside its undo window.
-
-    PostgreSQL: ``statement_timestamp()``, or inside ``clock.frozen_clock``
-    the frozen time (so tests that freeze the clock drive leases, rescue and
-    undo). SQLite: ``clock.now()`` as a parameter (every process of a SQLite
-    database shares one host clock).
-
-    ORM: ``Job.objects.filter(lease_expires_at__lt=DatabaseNow())``,
-    ``.update(lease_expires_at=DatabaseNow(lease))``. Raw SQL (under db/):
-    ``sql, params = backend().now_sql(offset)`` gives a fragment with
-    positional ``%s`` placeholders; a PostgreSQL statement with named
-    parameters writes ``NOW.format(frozen="%(frozen)s")`` and passes
-    ``{"frozen": clock.frozen_at()}`` (as CLAIM does); on SQLite pass
-    ``clock.now()``. ``database_now(offset)`` reads the value in Python.
-    """
-
-    output_field = DateTimeField()
-
-    def __init__(self, offset: dt.timedelta = dt.timedelta(0)) -> None:
-        super().__init__()
-        self.offset = offset
-
-    def __repr__(self) -> str:
-        return "DatabaseNow(%r)" % self.offset
-
-    def as_sql(self, compiler: Any, conn: Any, **extra: Any) -> tuple[str, list]:
-        return _backend_for(conn.vendor).now_sql(self.offset)
+def now_sql(vendor: str, offset: dt.timedelta) -> tuple[str, list]:
+    """Return the database's clock plus ``offset`` in ``vendor``'s SQL, and its params: what
+    DatabaseNow compiles to (AppConfig.ready() hands this to it)."""
+    return _backend_for(vendor).now_sql(offset)
 
 
 def database_now(offset: dt.timedelta = dt.timedelta(0)) -> dt.datetime:
@@ -141,29 +108,3 @@ def notify_jobs_scheduled(jobs: Iterable[Job], *, now: dt.datetime) -> None:
             earliest[job.queue] = job.run_at
     if earliest:
         backend().notify(earliest)
-
-
-#: Job columns an owner never sees and an undo never needs: large, kept for operators.
-_NOT_READ_BACK = frozenset({"result", "last_error"})
-
-
-@functools.cache
-def job_state_columns() -> tuple[str, ...]:
-    """Return the Job columns undo_job() and read_job_state() read, in the model's order."""
-    from scheduler_app.models import Job
-
-    return tuple(f.attname for f in Job._meta.concrete_fields if f.attname not in _NOT_READ_BACK)
-
-
-def job_from_state(row: Sequence[Any]) -> Job:
-    """Return the Job of a row of job_state_columns() (payload as JSON text, aware datetimes).
-
-    The columns left out (result, last_error) are deferred: reading one queries.
-    """
-    from scheduler_app.models import Job
-
-    columns = job_state_columns()
-    values = list(row)
-    payload = columns.index("payload")
-    values[payload] = json.loads(values[payload])
-    return Job.from_db(connection.alias, columns, values)

@@ -17,7 +17,7 @@ from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.numeric import Int4, Int8
 
 from scheduler_app import clock
-from scheduler_app.db import job_state_columns
+from scheduler_app.db.job_state import job_state_columns
 from scheduler_app.models import Job, JobAttempt
 
 T = TypeVar("T")

@@ -14,7 +14,8 @@ from collections.abc import Iterator, Sequence
 from django.db import connection, models, transaction
 
 from scheduler_app import clock
-from scheduler_app.db import job_state_columns, stored_time_zone
+from scheduler_app.db import stored_time_zone
+from scheduler_app.db.job_state import job_state_columns
 from scheduler_app.models import Job, JobAttempt
 
 JOB = Job._meta.db_table

@@ -25,7 +25,6 @@ from django.utils.module_loading import import_string
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user
-from scheduler_app.db import has_lone_surrogate
 from scheduler_app.exceptions import UnmatchedFeedback, UnsuppressibleAddress
 from scheduler_app.models import (
     ControlEvent,
@@ -35,6 +34,7 @@ from scheduler_app.models import (
     Suppression,
     SuppressionRemoval,
 )
+from scheduler_app.payloads import has_lone_surrogate
 
 logger = logging.getLogger("scheduler_app.feedback")
 

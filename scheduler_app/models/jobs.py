@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_app import clock
-from scheduler_app.db import DatabaseNow
+from scheduler_app.database_clock import DatabaseNow
 
 #: How the unique key of a job a schedule enqueued begins (schedules.enqueuer.occurrence_key).
 OCCURRENCE_KEY_PREFIX = "schedule:"

@@ -13,7 +13,11 @@ from django.utils.translation import gettext_lazy as _
 
 from scheduler_app import clock
 from scheduler_app.bounds import LONGEST_DURATION, SHORTEST_INTERVAL
+from scheduler_app.conf import app_settings
+from scheduler_app.exceptions import UnknownQueue, UnknownTask
 from scheduler_app.models.jobs import Job
+from scheduler_app.registry import check_queue, get_task
+from scheduler_app.schedules.recurrence import CronError, check_cron
 
 # LONGEST_DURATION (scheduler_app.bounds, ten years) is the longest interval, grace,
 # jitter or alert target a schedule takes: the scheduler and the alert rules add them to
@@ -22,8 +26,6 @@ from scheduler_app.models.jobs import Job
 
 def validate_cron(expression: str) -> None:
     """Raise ValidationError unless ``expression`` is a valid 5-field cron expression."""
-    from scheduler_app.schedules.recurrence import CronError, check_cron
-
     try:
         check_cron(expression)
     except CronError as exc:
@@ -175,10 +177,6 @@ class Schedule(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from scheduler_app.conf import app_settings
-        from scheduler_app.exceptions import UnknownQueue, UnknownTask
-        from scheduler_app.registry import check_queue, get_task
-
         errors: dict[str, str] = {}
         if self.kind == self.Kind.CRON and not self.cron:
             errors["cron"] = _("A cron schedule needs a cron expression.")

@@ -7,7 +7,7 @@ import datetime as dt
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from scheduler_app.db import DatabaseNow
+from scheduler_app.database_clock import DatabaseNow
 
 
 class WorkerHeartbeatQuerySet(models.QuerySet["WorkerHeartbeat"]):

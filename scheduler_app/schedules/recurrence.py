@@ -18,6 +18,9 @@ from typing import NamedTuple
 
 from cronsim import CronSim, CronSimError
 
+from scheduler_app import clock
+from scheduler_app.exceptions import InvalidSchedule
+
 
 class RunTime(NamedTuple):
     """One upcoming occurrence, in the schedule's time zone and in UTC."""
@@ -67,8 +70,6 @@ def occurrences_after(schedule, after: dt.datetime) -> Iterator[dt.datetime]:  #
     Raises InvalidSchedule for a stored cron expression or time zone that is
     not valid (saved without validation, or a zone removed from tzdata).
     """
-    from scheduler_app.exceptions import InvalidSchedule
-
     if schedule.kind == schedule.Kind.CRON:
         try:
             tz = zoneinfo.ZoneInfo(schedule.timezone)
@@ -91,8 +92,6 @@ def next_run_times(schedule, count: int = 10, after: dt.datetime | None = None) 
     Each in the schedule's own time zone and in UTC. A fixed delay schedule
     depends on when runs end, so only its known next run is listed.
     """
-    from scheduler_app import clock
-
     after = after or clock.now()
     if schedule.kind == schedule.Kind.FIXED_DELAY:
         times = [schedule.next_run_at] if schedule.next_run_at else []

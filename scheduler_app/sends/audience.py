@@ -36,7 +36,7 @@ from django.db.models.functions import Cast, JSONObject
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime, parse_time
 
-from scheduler_app.db import stored_time_zone
+from scheduler_app.db import backend, stored_time_zone
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.sends.rendering import RenderError
 
@@ -222,8 +222,6 @@ def freeze(batch_id: int, query: AudienceQuery, *, next_attempt_at: Any) -> int:
     at send time, so the count says what the query saw.
     The caller records ``query.context_types`` on the batch: thaw_context() needs them.
     """
-    from scheduler_app.db import backend
-
     select_sql, params = query.frozen_rows().order_by().query.sql_with_params()
     inserted = backend().freeze_recipients(
         batch_id=batch_id,

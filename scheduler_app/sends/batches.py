@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import itertools
-import json
 import logging
 import uuid
 from typing import Any
@@ -23,84 +21,31 @@ from django.db.models.functions import Cast, Concat
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user, paused_scopes, record
-from scheduler_app.db import DatabaseNow, database_now
+from scheduler_app.database_clock import DatabaseNow
+from scheduler_app.db import database_now
 from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.feedback.unsubscribe import recipient_token, with_unsubscribe
 from scheduler_app.models import Job, Recipient, SendBatch
-from scheduler_app.schedules.per_item import local_run_time
 from scheduler_app.scheduling import JobRequest, check_undo_window, schedule, schedule_many
 from scheduler_app.sends import states
-from scheduler_app.sends.audience import freeze, get_audience, thaw_context
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK, SEND_MESSAGE_TASK, Outcome, deliver
+from scheduler_app.sends.audience import get_audience, thaw_context
+from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
+from scheduler_app.sends.content import DRAFT_FIELDS, compile_template, fingerprint
+from scheduler_app.sends.delivery import Outcome, deliver
 from scheduler_app.sends.providers import SenderRefused, SlowDown, get_provider
 from scheduler_app.sends.rendering import MessageTemplate, RenderError
 from scheduler_app.sends.stale import resolve_stale_alert
 from scheduler_app.sends.states import earliest_start
+from scheduler_app.sends.task_names import SEND_BATCH_TASK, SEND_MESSAGE_TASK
 
 logger = logging.getLogger("scheduler_app.sends")
 Status = SendBatch.Status
-
-
-#: What an operator types into a draft; a duplicate copies these and nothing of the send.
-DRAFT_FIELDS = (
-    "name",
-    "subject_template",
-    "text_template",
-    "html_template",
-    "audience",
-    "audience_params",
-    "expected_max_audience",
-    "seed_list",
-    "seed_context",
-    "scheduled_at",
-    "timezone",
-    "local_delivery_time",
-    "undo_window",
-    "provider",
-    "rate_limit_key",
-    "breaker_window",
-    "breaker_threshold",
-)
 
 
 class BatchStateError(SchedulerError):
     """The batch is not in a state that allows this."""
 
     code = "invalid_state"
-
-
-def normalise_newlines(text: str) -> str:
-    """Return ``text`` with CRLF and CR line endings as LF (a browser's text box sends CRLF)."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def fingerprint(batch: SendBatch) -> str:
-    """Return a hash of what a dry-run or seed send checked: templates and audience.
-
-    Line endings do not count (the sent message's are the email package's), so a
-    template saved back from a browser keeps its dry-run and seed send.
-    """
-    data = json.dumps(
-        [
-            normalise_newlines(batch.subject_template),
-            normalise_newlines(batch.text_template),
-            normalise_newlines(batch.html_template),
-            batch.audience,
-            batch.audience_params,
-        ],
-        sort_keys=True,
-    )
-    return hashlib.sha256(data.encode()).hexdigest()
-
-
-def compile_template(batch: SendBatch) -> MessageTemplate:
-    """Compile the batch's templates; raise ValidationError on a syntax error."""
-    try:
-        return MessageTemplate.compile(
-            batch.subject_template, batch.text_template, batch.html_template
-        )
-    except RenderError as exc:
-        raise ValidationError(exc.message) from exc
 
 
 #: How many recipients of each audience (frozen, live) a preview offers to pick from.
@@ -220,42 +165,6 @@ def _blanked(batch: SendBatch) -> str:
     )
 
 
-def freeze_audience(batch: SendBatch, *, now: dt.datetime) -> int:
-    """Snapshot the batch's audience into Recipient rows; record and return the count."""
-    query = get_audience(batch.audience, batch.audience_params)
-    count = freeze(batch.pk, query, next_attempt_at=now)
-    if batch.local_delivery_time is not None:
-        _set_local_delivery_times(batch, now)
-    types = query.context_types
-    SendBatch.objects.filter(pk=batch.pk).update(total=count, frozen_at=now, context_types=types)
-    batch.total, batch.frozen_at, batch.context_types = count, now, types
-    return count
-
-
-def _set_local_delivery_times(batch: SendBatch, now: dt.datetime) -> None:
-    """Deliver at local_delivery_time in each recipient's zone (the batch's if unknown)."""
-    start = batch.scheduled_at or now
-    recipients = Recipient.objects.filter(batch=batch, is_seed=False)
-    for zone in recipients.values_list("timezone", flat=True).distinct():
-        try:
-            at = local_run_time(
-                event_at=start,
-                now=start,
-                timezone=zone or batch.timezone,
-                days_after=0,
-                at=batch.local_delivery_time,
-            )
-        except ValidationError:
-            at = local_run_time(
-                event_at=start,
-                now=start,
-                timezone=batch.timezone,
-                days_after=0,
-                at=batch.local_delivery_time,
-            )
-        recipients.filter(timezone=zone).update(next_attempt_at=at)
-
-
 def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] = ()) -> SendBatch:
     """Schedule a draft batch after its pre-flight checklist passes.
 
@@ -265,8 +174,6 @@ def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] =
     batch is not a draft. The lanes start at scheduled_at, or after the undo
     window and safety margin if that is later.
     """
-    from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
-
     failing = [
         item
         for item in run_checklist(batch)

@@ -23,6 +23,7 @@ from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import SendBatch
+from scheduler_app.sends.content import fingerprint
 
 #: The names of the checklist items, in the order of the module docstring.
 ITEM_NAMES = (
@@ -57,8 +58,6 @@ class ChecklistFailed(ValidationError):
 
 def run_checklist(batch: SendBatch) -> list[CheckItem]:
     """Return every checklist item for ``batch``, passing or not."""
-    from scheduler_app.sends.batches import fingerprint
-
     current = fingerprint(batch)
     items = []
 

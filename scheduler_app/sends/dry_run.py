@@ -24,6 +24,7 @@ from scheduler_app.feedback.suppressions import skip_reasons
 from scheduler_app.models import SendBatch
 from scheduler_app.sends.addresses import address_problem
 from scheduler_app.sends.audience import get_audience
+from scheduler_app.sends.content import compile_template, fingerprint
 from scheduler_app.sends.rendering import LEFTOVER_SYNTAX, RenderError
 
 #: The reports' folder in the storage.
@@ -49,8 +50,6 @@ class DryRunReport:
 
 def dry_run(batch: SendBatch) -> DryRunReport:
     """Render the whole audience for ``batch``, store the report, record it on the batch."""
-    from scheduler_app.sends.batches import compile_template, fingerprint
-
     template = compile_template(batch)
     query = get_audience(batch.audience, batch.audience_params)
     counts: collections.Counter[str] = collections.Counter()

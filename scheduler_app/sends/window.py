@@ -7,7 +7,7 @@ thread of the lane's own (threads, not asyncio: providers are blocking code,
 Django's email backends and django-anymail's requests sessions alike, and each
 sender thread keeps its own connection open from one message to the next).
 Sender threads never touch the database: the lane's thread charges each
-attempt before its call and commits each marker after it (see sends.dispatch),
+attempt before its call and commits each marker after it (sends.charges, sends.markers),
 so a crash re-sends at most the calls in flight, never more than the window.
 
 The window's size follows the provider's answers, as TCP's congestion window

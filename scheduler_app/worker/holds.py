@@ -17,7 +17,7 @@ from operator import or_
 from django.db.models import Q, Value
 from django.db.models.functions import Greatest
 
-from scheduler_app.db import DatabaseNow
+from scheduler_app.database_clock import DatabaseNow
 from scheduler_app.models import Job
 
 

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from scheduler_app import clock
-from scheduler_app.db import DatabaseNow
+from scheduler_app.database_clock import DatabaseNow
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.signals import job_failed
 

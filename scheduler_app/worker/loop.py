@@ -33,7 +33,8 @@ from django.db.models import F
 from scheduler_app import workers
 from scheduler_app.alerts.evaluator import evaluate_quietly
 from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
-from scheduler_app.db import DatabaseNow, backend
+from scheduler_app.database_clock import DatabaseNow
+from scheduler_app.db import backend
 from scheduler_app.exceptions import SchedulerError, UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import get_task

@@ -6,9 +6,8 @@ import logging
 
 from django.db import DatabaseError, InterfaceError, OperationalError, transaction
 
-from scheduler_app.cursors import save_cursors
 from scheduler_app.db import backend
-from scheduler_app.models import Job
+from scheduler_app.models import Job, SyncCursor
 from scheduler_app.worker.execution import Finish
 
 logger = logging.getLogger("scheduler_app.worker")
@@ -35,7 +34,9 @@ def finish_jobs(finishes: list[Finish], *, worker: str) -> set[tuple[int, int]]:
         return backend().finish_jobs(rows, worker=worker)
     with transaction.atomic():
         accepted = backend().finish_jobs(rows, worker=worker)
-        save_cursors((fence[0], p) for fence, p in proposals if fence in accepted)
+        SyncCursor.objects.save_proposals(
+            (fence[0], p) for fence, p in proposals if fence in accepted
+        )
     return accepted
 
 

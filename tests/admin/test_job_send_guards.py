@@ -9,7 +9,7 @@ import pytest
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends.batches import schedule_batch, send_message
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.admin.conftest import JOB_FIELDS, UNPREPARED, messages_of, post_action, snapshot
 
 pytestmark = pytest.mark.django_db

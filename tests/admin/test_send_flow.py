@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from scheduler_app.models import Recipient, SendBatch
-from scheduler_app.sends.batches import DRAFT_FIELDS, PREVIEW_CHOICES, schedule_batch
+from scheduler_app.sends.batches import PREVIEW_CHOICES, schedule_batch
 from scheduler_app.sends.checklist import run_checklist
-from scheduler_app.sends.dispatch import start_sending
+from scheduler_app.sends.content import DRAFT_FIELDS
+from scheduler_app.sends.start import start_sending
 from tests.admin.conftest import (
     UNPREPARED,
     change,

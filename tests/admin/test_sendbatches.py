@@ -13,7 +13,7 @@ from scheduler_app import clock
 from scheduler_app.db import database_now
 from scheduler_app.models import ControlEvent, Job, Recipient, SendBatch
 from scheduler_app.sends.batches import schedule_batch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.admin.conftest import (
     BATCH_FIELDS,
     UNPREPARED,

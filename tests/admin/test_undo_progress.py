@@ -10,7 +10,8 @@ from django.contrib.admin.models import LogEntry
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import ControlEvent, Job, Recipient, SendBatch
 from scheduler_app.sends.batches import schedule_batch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK, start_sending
+from scheduler_app.sends.start import start_sending
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.admin.conftest import (
     BATCH_FIELDS,
     UNPREPARED,

@@ -9,7 +9,7 @@ import pytest
 from scheduler_app import clock
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends.batches import schedule_batch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.api.conftest import client_for
 from tests.api.helpers import grant, make_batch
 from tests.testapp.models import Customer

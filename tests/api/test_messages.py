@@ -10,7 +10,7 @@ from django.core import mail
 from scheduler_app import clock
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job
-from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
+from scheduler_app.sends.task_names import SEND_MESSAGE_TASK
 from tests.api.conftest import client_for
 from tests.api.helpers import grant
 from tests.helpers import running_worker, wait_for_status

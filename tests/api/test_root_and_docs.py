@@ -12,7 +12,7 @@ from django.test import Client, override_settings
 
 from scheduler_app.api.urls import router
 from scheduler_app.api.views import DocsView
-from scheduler_app.checks import check_api_docs_assets
+from scheduler_app.checks.urls import check_api_docs_assets
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from scheduler_app import CancelOutcome, cancel, cancel_by_key, clock
 from scheduler_app.exceptions import SendLaneNotCancellable
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends.batches import schedule_batch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.api.conftest import client_for
 from tests.api.helpers import make_batch
 

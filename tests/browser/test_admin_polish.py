@@ -14,7 +14,7 @@ from scheduler_app import schedule
 from scheduler_app.models import Control, Job, Schedule, SendBatch
 from scheduler_app.sends import states
 from scheduler_app.sends.batches import schedule_batch
-from scheduler_app.sends.dispatch import start_sending
+from scheduler_app.sends.start import start_sending
 from tests.browser.test_operator_admin import RELAX, batch_status, make_batch, make_customers
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -25,7 +25,7 @@ from scheduler_app.models import (
     SuppressionRemoval,
     WorkerHeartbeat,
 )
-from scheduler_app.sends.dispatch import start_sending
+from scheduler_app.sends.start import start_sending
 from tests.browser.test_admin_polish import scheduled_batch
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -13,7 +13,7 @@ from django.utils import timezone
 from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.sends import limiter
 from scheduler_app.sends.batches import schedule_batch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.browser.conftest import PASSWORD, USERNAME
 from tests.helpers import wait_until
 from tests.processes.conftest import WorkerProcess

@@ -13,8 +13,8 @@ from scheduler_app import schedule
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends.batches import schedule_batch, seed_send
 from scheduler_app.sends.checklist import run_checklist
-from scheduler_app.sends.dispatch import start_sending
 from scheduler_app.sends.dry_run import dry_run
+from scheduler_app.sends.start import start_sending
 from tests.browser.test_operator_admin import RELAX, make_batch, make_customers, message
 from tests.testapp.models import Customer
 

@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from scheduler_app.checks import check_declared_schedules
+from scheduler_app.checks.schedules import check_declared_schedules
 from scheduler_app.clock import frozen_clock
 from scheduler_app.exceptions import InvalidPayload, InvalidSchedule, ValidationError
 from scheduler_app.models import Job, Schedule

@@ -10,7 +10,9 @@ from django.core import checks as django_checks
 from django.test import override_settings
 
 from scheduler_app import registry
-from scheduler_app.checks import check_settings, check_task_queues
+from scheduler_app.checks.sends import check_lane_settings
+from scheduler_app.checks.settings import check_settings
+from scheduler_app.checks.tasks import check_task_queues
 from scheduler_app.conf import DEFAULTS, app_settings
 
 
@@ -182,7 +184,7 @@ def test_e010_names_every_task_whose_queue_was_removed():
 
 
 def test_transaction_pooling_is_refused_with_e080(monkeypatch):
-    from scheduler_app.checks import check_no_transaction_pooling
+    from scheduler_app.checks.database import check_no_transaction_pooling
 
     assert check_no_transaction_pooling() == []
     monkeypatch.setitem(settings.DATABASES["default"], "DISABLE_SERVER_SIDE_CURSORS", True)
@@ -200,7 +202,7 @@ def test_send_marker_synchronous_commit_not_a_bool_is_e085(value):
     with override_settings(
         SCHEDULER_APP=scheduler_app_settings(SEND_MARKER_SYNCHRONOUS_COMMIT=value)
     ):
-        assert ids(check_settings()) == ["scheduler_app.E085"]
+        assert ids(check_lane_settings()) == ["scheduler_app.E085"]
 
 
 @pytest.mark.parametrize(
@@ -230,7 +232,7 @@ def test_a_send_claim_that_is_not_a_positive_number_is_e003(value):
 @pytest.mark.parametrize("value", [0, -0.1, 1.5, math.nan, "0.5", True])
 def test_a_breaker_threshold_outside_0_to_1_is_e086(value):
     with override_settings(SCHEDULER_APP=scheduler_app_settings(BREAKER_THRESHOLD=value)):
-        errors = check_settings()
+        errors = check_lane_settings()
 
     assert [(error.id, error.msg) for error in errors] == [
         (
@@ -244,4 +246,4 @@ def test_a_breaker_threshold_outside_0_to_1_is_e086(value):
 @pytest.mark.parametrize("value", [0.01, 0.5, 1, 1.0])
 def test_a_breaker_threshold_in_0_to_1_passes(value):
     with override_settings(SCHEDULER_APP=scheduler_app_settings(BREAKER_THRESHOLD=value)):
-        assert check_settings() == []
+        assert check_lane_settings() == []

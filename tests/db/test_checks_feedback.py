@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from scheduler_app.checks import check_feedback_settings
+from scheduler_app.checks.feedback import check_feedback_settings
 
 
 def with_setting(**changes):

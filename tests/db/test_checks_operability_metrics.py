@@ -6,7 +6,8 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from scheduler_app.checks import check_metrics_settings, check_retention_settings
+from scheduler_app.checks.metrics import check_metrics_settings
+from scheduler_app.checks.retention import check_retention_settings
 
 
 def ids(**changes):

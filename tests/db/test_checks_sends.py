@@ -9,7 +9,8 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from scheduler_app.checks import check_send_settings, check_settings
+from scheduler_app.checks.sends import check_send_settings
+from scheduler_app.checks.settings import check_settings
 
 
 def with_setting(**changes):

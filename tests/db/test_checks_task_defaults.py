@@ -12,7 +12,8 @@ from django.conf import settings
 from django.test import override_settings
 
 from scheduler_app import registry
-from scheduler_app.checks import check_numeric_bounds, check_settings
+from scheduler_app.checks.settings import check_numeric_bounds
+from scheduler_app.checks.tasks import check_task_defaults
 
 
 def with_setting(**changes):
@@ -41,7 +42,7 @@ def register():
 )
 def test_a_bad_default_timeout_is_e007_and_tasks_get_no_timeout(register, value, problem):
     with with_setting(DEFAULT_TIMEOUT=value):
-        errors = check_settings()
+        errors = check_task_defaults()
         spec = register()
 
     assert [(e.id, e.msg) for e in errors] == [
@@ -65,14 +66,14 @@ def test_a_bad_default_timeout_is_e007_and_tasks_get_no_timeout(register, value,
 )
 def test_a_default_timeout_of_none_or_positive_seconds_passes(register, value, timeout):
     with with_setting(DEFAULT_TIMEOUT=value):
-        assert check_settings() == []
+        assert check_task_defaults() == []
         assert register().timeout == timeout
 
 
 @pytest.mark.parametrize("value", ["abc", None, True, 0, -1, 1.5, math.nan])
 def test_a_bad_default_max_attempts_is_e004_and_tasks_get_the_built_in_default(register, value):
     with with_setting(DEFAULT_MAX_ATTEMPTS=value):
-        errors = check_settings()
+        errors = check_task_defaults()
         spec = register()
 
     assert [(e.id, e.msg) for e in errors] == [
@@ -89,7 +90,7 @@ def test_a_default_max_attempts_past_the_integer_column_is_e007_and_tasks_get_th
 ):
     """2**31 passed the check, then every schedule() failed: max_attempts is an integer column."""
     with with_setting(DEFAULT_MAX_ATTEMPTS=2**31):
-        errors = check_settings() + check_numeric_bounds()
+        errors = check_task_defaults() + check_numeric_bounds()
         spec = register()
 
     assert [(e.id, e.msg) for e in errors] == [
@@ -104,5 +105,5 @@ def test_a_default_max_attempts_past_the_integer_column_is_e007_and_tasks_get_th
 @pytest.mark.parametrize("value", [1, 7, 2**31 - 1])
 def test_a_default_max_attempts_from_1_to_2_31_minus_1_passes(register, value):
     with with_setting(DEFAULT_MAX_ATTEMPTS=value):
-        assert check_settings() == []
+        assert check_task_defaults() == []
         assert register().max_attempts == value

@@ -9,7 +9,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from scheduler_app.checks import check_operability
+from scheduler_app.checks.operability import check_operability
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
 from scheduler_app.registry import task

@@ -16,7 +16,7 @@ from django.core.checks import Error
 from django.forms import modelform_factory
 from django.test import override_settings
 
-from scheduler_app.checks import check_declared_schedules
+from scheduler_app.checks.schedules import check_declared_schedules
 from scheduler_app.clock import frozen_clock
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule

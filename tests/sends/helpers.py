@@ -10,7 +10,8 @@ from scheduler_app import clock
 from scheduler_app.exceptions import RetryLater
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.registry import JobContext, get_task
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK, run_lane
+from scheduler_app.sends.dispatch import run_lane
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 
 
 @dataclasses.dataclass

@@ -7,7 +7,7 @@ import pytest
 from scheduler_app import clock
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.audience import AudienceQuery, audience
-from scheduler_app.sends.batches import freeze_audience
+from scheduler_app.sends.start import freeze_audience
 from tests.helpers import running_worker, wait_until
 from tests.sends.helpers import recipient, run_lane_now
 from tests.testapp.models import Customer, ProviderCall

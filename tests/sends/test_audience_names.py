@@ -13,8 +13,8 @@ from scheduler_app import clock
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.audience import AudienceQuery, audience, get_audience
-from scheduler_app.sends.batches import freeze_audience
 from scheduler_app.sends.dry_run import dry_run
+from scheduler_app.sends.start import freeze_audience
 from tests.testapp.models import Customer
 
 

@@ -18,7 +18,8 @@ from scheduler_app.sends.batches import (
     schedule_batch,
     undo_batch,
 )
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK, run_lane
+from scheduler_app.sends.dispatch import run_lane
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.sends.helpers import run_lane_now
 from tests.testapp.models import ProviderCall
 

@@ -10,8 +10,8 @@ from scheduler_app import clock
 from scheduler_app.models import ControlEvent, Job, SendBatch
 from scheduler_app.sends.batches import schedule_batch, seed_send
 from scheduler_app.sends.checklist import ChecklistFailed, run_checklist
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
 from scheduler_app.sends.dry_run import dry_run
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 
 WHEN = dt.datetime(2027, 5, 4, 8, 30, tzinfo=dt.UTC)
 ALL_ITEMS = [

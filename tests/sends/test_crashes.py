@@ -15,7 +15,7 @@ import pytest
 from django.db import DatabaseError, connection
 
 from scheduler_app import clock
-from scheduler_app.db import DatabaseNow
+from scheduler_app.database_clock import DatabaseNow
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.providers import SenderRefused
 from scheduler_app.sends.rendering import Message
@@ -168,7 +168,7 @@ def test_an_idempotent_provider_refunds_the_attempts_of_a_group_it_did_not_send(
 
     scripted.on_call = pause_at_bob
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("scheduler_app.sends.dispatch.HALT_RECHECK", 0.0)
+        patch.setattr("scheduler_app.sends.halts.HALT_RECHECK", 0.0)
         run_lane_now(five)
 
     # Groups: [ann], [bob, cat]; the pause is seen before cat's call.
@@ -259,7 +259,7 @@ def test_a_lane_error_mid_group_refunds_the_recipients_it_did_not_call(
 
     scripted.on_call = drop_the_lanes_connection_at_the_second_call
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("scheduler_app.sends.dispatch.HALT_RECHECK", 0.0)  # a query per recipient
+        patch.setattr("scheduler_app.sends.halts.HALT_RECHECK", 0.0)  # a query per recipient
         with pytest.raises(DatabaseError):
             run_lane_now(five)
 

@@ -6,7 +6,7 @@ import pytest
 from django.core.files.storage import default_storage
 
 from scheduler_app.models import Recipient, SendBatch
-from scheduler_app.sends.batches import fingerprint
+from scheduler_app.sends.content import fingerprint
 from scheduler_app.sends.dry_run import dry_run
 from scheduler_app.sends.providers import get_provider
 from tests.testapp.models import ProviderCall

@@ -22,8 +22,9 @@ from django.db.models.functions import Cast
 from scheduler_app import clock
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.audience import thaw_context
-from scheduler_app.sends.batches import compile_template, freeze_audience
+from scheduler_app.sends.content import compile_template
 from scheduler_app.sends.dry_run import dry_run
+from scheduler_app.sends.start import freeze_audience
 from tests.sends.helpers import run_lane_now
 from tests.testapp.models import Customer, ProviderCall
 

@@ -10,7 +10,9 @@ from django.db import OperationalError
 from scheduler_app import clock
 from scheduler_app.exceptions import RetryLater
 from scheduler_app.models import Recipient, SendBatch
-from scheduler_app.sends.dispatch import Breaker, Outcome, run_lane
+from scheduler_app.sends.breaker import Breaker
+from scheduler_app.sends.delivery import Outcome
+from scheduler_app.sends.dispatch import run_lane
 from tests.sends.helpers import make_due, recipient, run_lane_job, run_lane_now
 from tests.testapp.models import ProviderBehaviour, ProviderCall
 

@@ -22,7 +22,7 @@ from django.db import connection, transaction
 
 from scheduler_app.db import backend
 from scheduler_app.models import Recipient, SendBatch
-from scheduler_app.sends.dispatch import start_sending
+from scheduler_app.sends.start import start_sending
 from tests.helpers import wait_until
 from tests.testapp.models import Customer
 

@@ -14,7 +14,7 @@ import pytest
 from scheduler_app import clock
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job, Recipient, SendBatch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.helpers import running_worker, wait_until
 from tests.sends.helpers import make_due, recipient, run_lane_now
 from tests.testapp.models import ProviderBehaviour, ProviderCall

@@ -7,8 +7,9 @@ import pytest
 from scheduler_app import controls
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import ControlEvent, Recipient, SendBatch
-from scheduler_app.sends.batches import BatchStateError, fingerprint, seed_send
+from scheduler_app.sends.batches import BatchStateError, seed_send
 from scheduler_app.sends.checklist import run_checklist
+from scheduler_app.sends.content import fingerprint
 from tests.sends.helpers import run_lane_now
 from tests.testapp.models import ProviderBehaviour, ProviderCall
 

@@ -15,7 +15,8 @@ from django.db import connection
 
 from scheduler_app import clock
 from scheduler_app.models import Recipient, SendBatch
-from scheduler_app.sends.batches import fingerprint, seed_send
+from scheduler_app.sends.batches import seed_send
+from scheduler_app.sends.content import fingerprint
 from tests.testapp.models import ProviderBehaviour, ProviderCall
 
 SEEDS = ["qa@example.com", "boss@example.com"]

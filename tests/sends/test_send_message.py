@@ -12,8 +12,8 @@ from scheduler_app.cancellation import CancelOutcome
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Job
 from scheduler_app.sends.batches import send_message
-from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
 from scheduler_app.sends.providers.email import message_id_for
+from scheduler_app.sends.task_names import SEND_MESSAGE_TASK
 from tests.helpers import running_worker, wait_for_status
 
 WINDOW = dt.timedelta(seconds=10)

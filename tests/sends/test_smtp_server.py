@@ -25,7 +25,7 @@ from django.test import override_settings
 
 from scheduler_app import clock
 from scheduler_app.alerts.rules import Situation, stalled_send
-from scheduler_app.checks import check_settings
+from scheduler_app.checks.sends import check_message_id_domain
 from scheduler_app.clock import FrozenClock, frozen_clock
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.batches import resume_batch
@@ -391,7 +391,7 @@ def test_an_idn_domain_gives_an_ascii_message_id_equal_to_the_stored_one(
         DEFAULT_FROM_EMAIL=from_email,
         SCHEDULER_APP=scheduler_app(MESSAGE_ID_DOMAIN=domain),
     ):
-        assert check_settings() == []
+        assert check_message_id_domain() == []
         with closing(DjangoEmailProvider()) as provider:
             message_id = provider.send(message("ann@example.com"), "7:ann")
 

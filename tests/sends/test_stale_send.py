@@ -12,7 +12,7 @@ from scheduler_app.exceptions import StaleSend
 from scheduler_app.models import Alert, Job, LaneProgress, Recipient, SendBatch
 from scheduler_app.registry import JobContext, get_task
 from scheduler_app.sends.batches import resume_batch
-from scheduler_app.sends.dispatch import SEND_MESSAGE_TASK
+from scheduler_app.sends.task_names import SEND_MESSAGE_TASK
 from tests.sends.helpers import recipient, run_lane_now
 from tests.testapp.models import ProviderBehaviour, ProviderCall
 

@@ -12,8 +12,9 @@ from scheduler_app import clock
 from scheduler_app.db import backend
 from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.sends.batches import schedule_batch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK, start_sending
+from scheduler_app.sends.start import start_sending
 from scheduler_app.sends.sweeper import revive_stranded_batches
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.helpers import wait_until
 from tests.sends.helpers import run_lane_job, run_lane_now
 from tests.testapp.models import ProviderBehaviour

@@ -399,7 +399,7 @@ def test_a_scope_longer_than_a_list_name_is_refused():
 def test_a_base_url_without_the_unsubscribe_route_is_a_check_error():
     from django.urls import clear_url_caches
 
-    from scheduler_app.checks import check_unsubscribe_route
+    from scheduler_app.checks.urls import check_unsubscribe_route
 
     clear_url_caches()
     try:
@@ -414,13 +414,13 @@ def test_a_base_url_without_any_urlconf_is_a_check_error_not_a_crash():
     """A worker-only settings module may have no ROOT_URLCONF: no link could be made."""
     from django.conf import settings
 
-    from scheduler_app.checks import check_unsubscribe_route
+    from scheduler_app.checks.urls import check_unsubscribe_route
 
     del settings.ROOT_URLCONF
     assert [problem.id for problem in check_unsubscribe_route()] == ["scheduler_app.E106"]
 
 
 def test_a_routed_unsubscribe_view_passes_the_check():
-    from scheduler_app.checks import check_unsubscribe_route
+    from scheduler_app.checks.urls import check_unsubscribe_route
 
     assert check_unsubscribe_route() == []

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from scheduler_app.models import Job, Recipient, SendBatch
 from scheduler_app.sends.batches import schedule_batch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.helpers import wait_until
 from tests.processes.conftest import WorkerProcess, _process_state, start_worker  # noqa: F401
 from tests.testapp.models import Customer, ProviderCall

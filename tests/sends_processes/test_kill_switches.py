@@ -12,7 +12,7 @@ from django.utils import timezone
 from scheduler_app import controls
 from scheduler_app.models import ControlEvent, Job, Recipient, SendBatch
 from scheduler_app.sends.batches import pause_batch, resume_batch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.helpers import wait_until
 from tests.sends_processes.conftest import (
     CHUNK,
@@ -116,7 +116,7 @@ def test_global_kill_switch_stops_a_running_send_within_two_seconds_and_resume_c
     stopped = call_count(batch)
     assert stopped - at_pause <= IN_FLIGHT
     assert last_call_at(batch) - paused_at < dt.timedelta(seconds=2)
-    # Longer than a lane's recheck of the switch (dispatch.PAUSED_RECHECK, 2 s).
+    # Longer than a lane's recheck of the switch (halts.PAUSED_RECHECK, 2 s).
     assert_stays(
         lambda: call_count(batch) == stopped and lanes_running() == 0,
         seconds=3,

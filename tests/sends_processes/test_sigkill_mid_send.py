@@ -13,7 +13,7 @@ import pytest
 from django.db.models import Max
 
 from scheduler_app.models import ControlEvent, Job, JobAttempt, SendBatch
-from scheduler_app.sends.dispatch import SEND_BATCH_TASK
+from scheduler_app.sends.task_names import SEND_BATCH_TASK
 from tests.helpers import wait_until
 from tests.sends_processes.conftest import (
     assert_completed_once,

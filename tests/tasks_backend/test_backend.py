@@ -15,7 +15,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from scheduler_app.cancellation import CancelOutcome, cancel
-from scheduler_app.checks import check_tasks_backends
+from scheduler_app.checks.tasks_backend import check_tasks_backends
 from scheduler_app.conf import app_settings
 from scheduler_app.db import backend
 from scheduler_app.exceptions import InvalidPayload, RetryLater, UnknownTask

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.test import override_settings
 
 import scheduler_app
-from scheduler_app.checks import check_dry_run_storage
+from scheduler_app.checks.sends import check_dry_run_storage
 from scheduler_app.sends.dry_run import report_storage
 
 FILES = "django.core.files.storage.FileSystemStorage"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scheduler_app.models import SendBatch
-from scheduler_app.sends.batches import fingerprint
+from scheduler_app.sends.content import fingerprint
 
 
 def batch(**fields) -> SendBatch:

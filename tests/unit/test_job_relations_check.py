@@ -12,7 +12,7 @@ from django.db import models
 from django.test import override_settings
 from django.test.utils import isolate_apps
 
-from scheduler_app.checks import check_job_relations
+from scheduler_app.checks.retention import check_job_relations
 from scheduler_app.models import Job
 
 HINT = (

@@ -15,7 +15,7 @@ from django.core import mail
 from django.core.mail.utils import DNS_NAME
 from django.test import override_settings
 
-from scheduler_app.checks import check_settings
+from scheduler_app.checks.sends import check_message_id_domain
 from scheduler_app.sends.providers.email import DjangoEmailProvider, message_id_for
 from scheduler_app.sends.rendering import Message
 
@@ -62,7 +62,7 @@ def test_message_id_domain_overrides_the_sender_domain(monkeypatch, settings):
 )
 def test_an_implausible_message_id_domain_is_e030(domain):
     with override_settings(SCHEDULER_APP=scheduler_app_settings(MESSAGE_ID_DOMAIN=domain)):
-        errors = check_settings()
+        errors = check_message_id_domain()
 
     assert [(error.id, error.msg) for error in errors] == [
         (
@@ -75,7 +75,7 @@ def test_an_implausible_message_id_domain_is_e030(domain):
 
 def test_a_default_from_email_without_a_domain_is_e030_with_a_hint():
     with override_settings(DEFAULT_FROM_EMAIL="noreply"):
-        errors = check_settings()
+        errors = check_message_id_domain()
 
     assert [(error.id, error.msg, error.hint) for error in errors] == [
         (
@@ -89,4 +89,4 @@ def test_a_default_from_email_without_a_domain_is_e030_with_a_hint():
 @pytest.mark.parametrize("domain", ["localhost", "mail.example.com", "bücher.example", None])
 def test_plausible_domains_pass(domain):
     with override_settings(SCHEDULER_APP=scheduler_app_settings(MESSAGE_ID_DOMAIN=domain)):
-        assert check_settings() == []
+        assert check_message_id_domain() == []

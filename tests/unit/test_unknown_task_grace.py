@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from scheduler_app.checks import check_settings
+from scheduler_app.checks.settings import check_settings
 from scheduler_app.conf import app_settings
 
 

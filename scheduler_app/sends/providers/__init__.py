@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
+from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from scheduler_app.conf import app_settings
@@ -120,3 +121,12 @@ def get_provider(name: str) -> Provider:
 def reset_providers() -> None:
     """Forget provider instances (settings changed)."""
     _instances.clear()
+
+
+def _reset_on_change(*, setting: str, **kwargs: Any) -> None:
+    if setting == "SCHEDULER_APP":
+        reset_providers()
+
+
+# The providers listen themselves, so that conf (below them) need not know them.
+setting_changed.connect(_reset_on_change)

@@ -1,0 +1,94 @@
+"""Retention: the RETENTION_* and PRUNE_* settings (E054-E056), and relations to Job the
+PostgreSQL prune cannot honour (E059)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.db.models import DO_NOTHING
+
+from scheduler_app.conf import app_settings, is_number
+from scheduler_app.models import Job
+from scheduler_app.schedules.recurrence import CronError, check_cron
+
+#: Retention settings: a number of days > 0, or None to keep forever (check E054).
+RETENTION_DAYS = (
+    "RETENTION_JOBS_DAYS",
+    "RETENTION_OCCURRENCES_DAYS",
+    "RETENTION_CONTROL_EVENTS_DAYS",
+    "RETENTION_RECIPIENT_CONTEXT_DAYS",
+    "RETENTION_DRY_RUN_REPORTS_DAYS",
+    "RETENTION_WORKERS_DAYS",
+    "RETENTION_ALERTS_DAYS",
+)
+
+
+@register(Tags.compatibility)
+def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check the RETENTION_* and PRUNE_* settings (E054-E056)."""
+    problems: list[CheckMessage] = [
+        Error(
+            "SCHEDULER_APP[%r] must be a number of days > 0, or None to keep forever." % name,
+            id="scheduler_app.E054",
+        )
+        for name in RETENTION_DAYS
+        if getattr(app_settings, name) is not None
+        and (not is_number(getattr(app_settings, name)) or getattr(app_settings, name) <= 0)
+    ]
+    for name in ("PRUNE_BATCH_SIZE", "PRUNE_MAX_ROWS"):
+        value = getattr(app_settings, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(
+                Error(
+                    "SCHEDULER_APP[%r] must be a positive integer." % name,
+                    id="scheduler_app.E055",
+                )
+            )
+    cron = app_settings.PRUNE_SCHEDULE
+    if cron is not None:
+        try:
+            if not isinstance(cron, str):
+                raise CronError("not a string")
+            check_cron(cron)
+        except CronError as exc:
+            problems.append(
+                Error(
+                    "SCHEDULER_APP['PRUNE_SCHEDULE'] must be None or a cron expression "
+                    "(UTC), not %r: %s." % (cron, exc),
+                    id="scheduler_app.E056",
+                )
+            )
+    return problems
+
+
+@register(Tags.models)
+def check_job_relations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a project's foreign key to Job but a DO_NOTHING one without a constraint (E059).
+
+    The PostgreSQL prune deletes jobs in one statement (db.postgresql.PRUNE_JOBS) that
+    handles scheduler_app's own relations only: the constraint would fail every run.
+    """
+    if app_settings.RETENTION_JOBS_DAYS is None:
+        return []
+    return [
+        Error(
+            "A relation to scheduler_app.Job that the prune cannot honour: on PostgreSQL "
+            "it deletes finished jobs with one SQL statement, which ignores on_delete, so "
+            "a database constraint would make every prune fail.",
+            hint="Declare it with on_delete=models.DO_NOTHING and db_constraint=False (a "
+            "pruned job leaves its id behind), keep the job's id in a plain integer field, "
+            "or set SCHEDULER_APP['RETENTION_JOBS_DAYS'] = None and delete finished jobs "
+            "yourself.",
+            obj=field,
+            id="scheduler_app.E059",
+        )
+        for app_config in app_configs or apps.get_app_configs()
+        if app_config.name != "scheduler_app"
+        for model in app_config.get_models(include_auto_created=True)
+        for field in model._meta.local_fields
+        if field.is_relation
+        and field.related_model is Job
+        and (field.db_constraint or field.remote_field.on_delete is not DO_NOTHING)
+    ]
