@@ -426,14 +426,20 @@ class BackendCpu:
 #: Frames whose inclusive share says where a lane spends its time.
 LANE_FRAMES = [
     ("run_lane (scheduler_app/sends/dispatch.py)", "run_lane (the lane, all of it)"),
-    ("claim_recipients (scheduler_app/db/postgresql.py)", "  claim_recipients: CLAIM chunk"),
+    (
+        "claim_recipients (scheduler_app/db/postgresql/recipients.py)",
+        "  claim_recipients: CLAIM chunk",
+    ),
     ("_send_chunk (scheduler_app/sends/lane.py)", "  _send_chunk"),
     ("acquire (scheduler_app/sends/limiter.py)", "    limiter.acquire"),
     ("_suppressed (scheduler_app/sends/dispatch.py)", "    suppression check"),
     ("MessageTemplate.render (scheduler_app/sends/rendering.py)", "    render"),
     ("_deliver (scheduler_app/sends/dispatch.py)", "    provider call (noop)"),
     ("_record (scheduler_app/sends/dispatch.py)", "  _record: markers + counters"),
-    ("mark_recipients (scheduler_app/db/postgresql.py)", "    mark_recipients: MARK chunk"),
+    (
+        "mark_recipients (scheduler_app/db/postgresql/recipients.py)",
+        "    mark_recipients: MARK chunk",
+    ),
     ("paused_scopes (scheduler_app/controls.py)", "  paused_scopes (kill switches)"),
     ("chunk_size_for (scheduler_app/sends/limiter.py)", "  chunk_size_for"),
     ("Connection.wait (psycopg/connection.py)", "  (any) waiting for PostgreSQL"),

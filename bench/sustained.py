@@ -13,7 +13,7 @@ It runs two drains at once, each in a process and on a database of its own
 sets them, one with PostgreSQL's defaults (the settings RESET). Each stores
 BENCH_FINISHED (1000000) finished jobs and BENCH_JOBS (300000) due ones, VACUUM
 ANALYZEs, and then records and claims them CONCURRENCY (18) at a time through
-``scheduler_app.db.postgresql.finish_and_claim`` (as bench/turn.py does), paced at
+``scheduler_app.db.postgresql.jobs.finish_and_claim`` (as bench/turn.py does), paced at
 BENCH_RATE (1000) jobs/s. Every BENCH_WINDOW (30000) jobs it reports the turn's time
 per job, the claim index's blocks read per turn, the autovacuums of the job table so
 far and its dead rows; after the drain, how long one VACUUM of the job table takes with

@@ -10,7 +10,7 @@ BENCH_DATABASE_URL names another), migrates it, and then, BENCH_ROUNDS (3) times
 schedules BENCH_JOBS (30000) ``tests.noop`` jobs, analyses the table, and has one
 thread of this process claim them BENCH_BATCH at a time (the app's CONCURRENCY, 18)
 and record each batch as succeeded with the next claim, through
-``scheduler_app.db.postgresql.finish_and_claim``, as the worker's loop does, until
+``scheduler_app.db.postgresql.jobs.finish_and_claim``, as the worker's loop does, until
 none is left. No executor threads, no handlers: only the statements, psycopg and
 Django. Per job it reports the wall time, the thread's CPU and its backend's CPU; and,
 from a libpq trace of one turn, how many times the client waited for the server.
@@ -76,7 +76,7 @@ def run_round(jobs: int, batch: int) -> dict[str, float]:
     from django.db import connection
 
     from scheduler_app import clock, schedule_many
-    from scheduler_app.db import postgresql as pg
+    from scheduler_app.db.postgresql import jobs as pg
 
     for start in range(0, jobs, 5000):
         schedule_many("tests.noop", [None] * min(5000, jobs - start))
@@ -107,7 +107,7 @@ def waits_per_turn(batch: int) -> int:
     from psycopg import pq
 
     from scheduler_app import clock, schedule_many
-    from scheduler_app.db import postgresql as pg
+    from scheduler_app.db.postgresql import jobs as pg
 
     schedule_many("tests.noop", [None] * (2 * batch))
     arguments = claim_arguments(batch)

@@ -151,9 +151,9 @@ def _thread_group(name: str) -> str:
 #: Main-thread frames whose inclusive share answers "where does the claim loop spend its time".
 KEY_FRAMES = [
     ("Worker._claim (scheduler_app/worker/loop.py)", "_claim (incl. ClaimedJob, inbox)"),
-    ("claim_jobs (scheduler_app/db/postgresql.py)", "  claim_jobs: CLAIM statement"),
+    ("claim_jobs (scheduler_app/db/postgresql/jobs.py)", "  claim_jobs: CLAIM statement"),
     ("Worker._flush (scheduler_app/worker/loop.py)", "_flush"),
-    ("finish_jobs (scheduler_app/db/postgresql.py)", "  finish_jobs: FINISH statement"),
+    ("finish_jobs (scheduler_app/db/postgresql/jobs.py)", "  finish_jobs: FINISH statement"),
     (
         "Connection.wait (psycopg/connection.py)",
         "  (either) psycopg round trip: send, wait for PostgreSQL, read the result",
@@ -575,7 +575,7 @@ def _explain(cursor_class, sql: str, params, *, claim: bool = False) -> dict:  #
     after pg.IN_CLAIM_ORDER, as the worker sends it)."""
     from django.db import connection
 
-    from scheduler_app.db import postgresql as pg
+    from scheduler_app.db.postgresql import jobs as pg
 
     with cursor_class(connection.connection) as cursor:
         if claim:
@@ -627,7 +627,7 @@ def _sent_statement(call):  # type: ignore[no-untyped-def]
         finally:
             psycopg.Cursor.execute = original  # type: ignore[method-assign]
         transaction.set_rollback(True)
-    from scheduler_app.db import postgresql as pg
+    from scheduler_app.db.postgresql import jobs as pg
 
     # The claim is sent between two settings statements (pg.IN_CLAIM_ORDER, pg.AFTER_CLAIM).
     sent = [s for s in sent if s[0] not in (pg.IN_CLAIM_ORDER, pg.AFTER_CLAIM)]
@@ -645,7 +645,7 @@ def _call_with(function, known: dict):  # type: ignore[no-untyped-def]
 def explain_statements(jobs: int, limit: int) -> dict:
     """EXPLAIN ANALYZE scheduler_app's CLAIM and FINISH with ``jobs`` pending, then roll back.
 
-    The statements are the ones scheduler_app.db.postgresql.claim_jobs() and
+    The statements are the ones scheduler_app.db.postgresql.jobs.claim_jobs() and
     finish_jobs() send (captured, then explained), so this follows their changes.
     Also explains the FINISH driven by the primary key: its status guard rewritten
     so that no partial index predicate matches it, and the ids spelled out.
@@ -654,7 +654,7 @@ def explain_statements(jobs: int, limit: int) -> dict:
 
     from scheduler_app import clock, schedule_many
     from scheduler_app.conf import app_settings
-    from scheduler_app.db import postgresql as pg
+    from scheduler_app.db.postgresql import jobs as pg
     from scheduler_app.worker.execution import ClaimedJob, Finish
 
     out: dict = {"backlog": jobs, "limit": limit}

@@ -114,7 +114,8 @@ def claim_latency_ms(limit: int) -> float:
 
     from scheduler_app import clock, schedule_many
     from scheduler_app.conf import app_settings
-    from scheduler_app.db import postgresql as pg
+    from scheduler_app.db.postgresql import jobs as pg
+    from scheduler_app.db.postgresql.statements import bound_cursor
 
     times = []
     with transaction.atomic():
@@ -123,7 +124,7 @@ def claim_latency_ms(limit: int) -> float:
             "bench", list(app_settings.QUEUES), limit, clock.now(), dt.timedelta(seconds=30), []
         )
         for _ in range(CLAIM_SAMPLES):
-            with transaction.atomic(), pg.bound_cursor() as cursor:
+            with transaction.atomic(), bound_cursor() as cursor:
                 cursor.execute(pg.IN_CLAIM_ORDER)  # as the worker sends it (see claim_jobs)
                 cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + pg.CLAIM, params)
                 raw = cursor.fetchone()[0]

@@ -1,8 +1,9 @@
-"""The only raw SQL in scheduler_app, one module per database vendor.
+"""The only raw SQL in scheduler_app, one package per database vendor.
 
-``backend()`` returns the module for the default connection's vendor; both
-modules expose the same functions (claim_jobs, finish_jobs, notify, now_sql,
-undo_job, read_job_state).
+``backend()`` returns the package for the default connection's vendor,
+``postgresql`` or ``sqlite``; both expose the same functions (see their
+``__init__``), each kept in a module named for what it does: ``jobs`` (claim,
+finish, start), ``recipients`` (a send's markers), ``undo``, ``clock``.
 """
 
 from __future__ import annotations

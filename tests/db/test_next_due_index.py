@@ -40,7 +40,8 @@ def test_next_due_lookup_uses_the_next_due_index_without_sorting():
 def test_claim_reads_the_claim_index_in_order_when_statistics_know_no_backlog():
     """A burst after a quiet spell: statistics say nothing is pending; the claim must still
     read scheduler_job_claimable in claim order, not sort every due job."""
-    from scheduler_app.db import postgresql as pg
+    from scheduler_app.db.postgresql.jobs import CLAIM
+    from scheduler_app.db.postgresql.statements import bound_cursor
 
     now = clock.now()
     past = now - dt.timedelta(hours=1)
@@ -71,8 +72,8 @@ def test_claim_reads_the_claim_index_in_order_when_statistics_know_no_backlog():
         "lease": dt.timedelta(seconds=30),
         "paused_tasks": [],
     }
-    with pg.bound_cursor() as cursor:
-        cursor.execute("EXPLAIN " + pg.CLAIM, params)
+    with bound_cursor() as cursor:
+        cursor.execute("EXPLAIN " + CLAIM, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
 
     assert "scheduler_job_claimable" in plan, plan

@@ -1,0 +1,306 @@
+"""Jobs: the SKIP LOCKED claim, the batched finish (both in one round trip), the Celery
+executor's start, and the NOTIFY that wakes idle workers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+
+import psycopg
+from django.db import connection
+from psycopg.types.numeric import Int4
+
+from scheduler_app import clock
+from scheduler_app.db.postgresql.clock import NOW
+from scheduler_app.db.postgresql.statements import (
+    bound_cursor,
+    native_timestamps,
+    prepare_when_asked,
+    prepared_again,
+    reused_cursor,
+)
+from scheduler_app.models import Job, JobAttempt
+
+JOB = Job._meta.db_table
+ATTEMPT = JobAttempt._meta.db_table
+
+#: The channel workers LISTEN on; each payload is "<queue> <run_at epoch>".
+CHANNEL = "scheduler_app_jobs"
+
+
+CLAIM = f"""
+WITH due AS MATERIALIZED (
+    SELECT id FROM {JOB}
+    WHERE status = 'pending' AND queue = ANY(%(queues)s)
+      AND run_at <= {NOW.format(frozen="%(frozen)s")}
+      AND NOT (task_name = ANY(%(paused_tasks)s))
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {JOB} AS j
+SET status = 'running', worker_id = %(worker)s,
+    lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s,
+    started_at = {NOW.format(frozen="%(frozen)s")}, attempts = j.attempts + 1,
+    lease_token = j.lease_token + 1
+FROM due
+WHERE j.id = due.id
+RETURNING j.id, j.task_name, j.payload::text, j.payload_version, j.attempts, j.max_attempts,
+          j.scheduled_for, j.run_at, j.unique_key, j.lease_token, j.retry_later_deadline,
+          j.started_at
+"""
+"""Claim up to `limit` due jobs. SKIP LOCKED so a slow claimer never blocks the
+others, and a row a cancel holds is skipped, not waited for. Due, lease and start
+times are the database's clock; the worker measures its job's times from the
+started_at returned (see worker.execution.ClaimedJob.now).
+
+The locking query is a MATERIALIZED CTE, run once. As a subquery in FROM, with the
+statistics of an emptied table the planner put it inside a nested loop and ran it
+again for each row of the table: each run skipped the rows already updated and locked
+the next ones, and one claim took every due job (tests/db/test_claim_limits.py)."""
+
+IN_CLAIM_ORDER = "SELECT set_config('enable_sort', 'off', true)"
+"""Sent before CLAIM in the same transaction: the claim index holds pending jobs in claim
+order, so a claim reads `limit` entries and stops. Without statistics (a fresh install's
+first burst, until autoanalyze runs) the planner guesses that almost nothing is pending,
+and reading every due job and sorting them looks as cheap: 7 ms per claim at 20,000 due
+jobs instead of 0.1 ms. Transaction-local; AFTER_CLAIM puts it back at once."""
+
+AFTER_CLAIM = "SET LOCAL enable_sort TO DEFAULT"
+
+FINISH = f"""
+WITH v AS (
+    SELECT * FROM json_to_recordset(%s::json) AS v(
+        id bigint, token bigint, status text, outcome text, run_at timestamptz, refund int,
+        error text, finished_at timestamptz, result text, deadline timestamptz,
+        attempt int, task_name text, due_at timestamptz, started_at timestamptz, history bool)
+), done AS (
+    UPDATE {JOB} AS j
+    SET status = v.status,
+        run_at = COALESCE(v.run_at, j.run_at),
+        attempts = j.attempts - v.refund,
+        finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE v.finished_at END,
+        last_error = v.error,
+        result = v.result::jsonb,
+        retry_later_deadline = COALESCE(v.deadline, j.retry_later_deadline),
+        worker_id = CASE WHEN v.history THEN '' ELSE j.worker_id END,
+        lease_expires_at = NULL
+    FROM v
+    WHERE j.id = ANY(%s::bigint[]) AND j.id = v.id AND j.lease_token = v.token
+      AND (j.status = 'running') IS TRUE
+    RETURNING j.id, j.lease_token AS token
+), recorded AS (
+    INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at,
+                           finished_at, outcome, error)
+    SELECT v.id, v.attempt, v.task_name, %s, v.due_at, v.started_at, v.finished_at, v.outcome,
+           v.error
+    FROM v JOIN done ON done.id = v.id AND done.token = v.token
+    WHERE v.history
+)
+SELECT id, token FROM done
+"""
+"""Record many finished attempts in one statement. The rows come as one JSON array of
+objects (see _finish_params): one parameter to encode instead of fifteen arrays, whose
+element-by-element encoding was the worker's largest cost per job. The lease_token guard
+fences out a worker whose lease expired: its rows match nothing, and write no
+history row even beside the current attempt's outcome of the same job. Rows are found
+by primary key (``j.id = ANY(ids)``); the status guard is written ``IS TRUE`` so
+that it implies no partial index's predicate, or the planner may scan one of them
+(every pending job) instead. An attempt-history row is written only where
+``history`` says the job row cannot tell the attempt (see Finish.needs_history_row);
+where it can, the row keeps the worker that ran it."""
+
+NOTIFY = "SELECT pg_notify(%s, %s)"
+"""Wake idle workers; inside a transaction it is delivered at commit."""
+
+
+def claim_jobs(
+    *,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str] = (),
+) -> list[tuple]:
+    """Claim up to ``limit`` due jobs for ``worker``; return their rows (see CLAIM).
+
+    The lease runs ``lease`` from the database's clock.
+    """
+    return finish_and_claim(
+        [],
+        worker=worker,
+        queues=queues,
+        limit=limit,
+        lease=lease,
+        paused_tasks=paused_tasks,
+    )[1]
+
+
+def _claim_params(
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str],
+) -> dict:
+    return {
+        "worker": worker,
+        "queues": list(queues),
+        "limit": Int4(limit),  # one type whatever the value, so one prepared statement
+        "frozen": clock.frozen_at(),
+        "lease": lease,
+        "paused_tasks": list(paused_tasks),
+    }
+
+
+def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[tuple[int, int]]:
+    """Apply finish rows (see worker.execution.Finish.as_row); return the (job id, lease
+    token) of each outcome accepted."""
+    if not rows:
+        return set()
+    with bound_cursor() as cursor:
+        cursor.execute(FINISH, _finish_params(rows, worker))
+        return set(cursor.fetchall())
+
+
+#: The columns of a finish row (worker.execution.Finish.as_row), as FINISH names them.
+FINISH_COLUMNS = (
+    "id",
+    "token",
+    "status",
+    "outcome",
+    "run_at",
+    "refund",
+    "error",
+    "finished_at",
+    "result",
+    "deadline",
+    "attempt",
+    "task_name",
+    "due_at",
+    "started_at",
+    "history",
+)
+
+
+#: The columns FINISH reads only to write an attempt-history row.
+HISTORY_ONLY = frozenset({"outcome", "attempt", "task_name", "due_at", "started_at"})
+
+
+def _finish_params(rows: Sequence[Sequence], worker: str) -> list:
+    # json_to_recordset reads a missing key as NULL: a None, and the history-only columns
+    # of a row that writes no history (most rows: a first attempt that succeeds), are left
+    # out, which spares their encoding in the worker and their parsing in the server.
+    objects = [
+        {
+            name: value
+            for name, value in zip(FINISH_COLUMNS, row, strict=True)
+            if value is not None and (row[-1] or name not in HISTORY_ONLY)
+        }
+        for row in rows
+    ]
+    return [
+        json.dumps(objects, ensure_ascii=False, default=_isoformat),
+        [row[0] for row in rows],
+        worker,
+    ]
+
+
+def _isoformat(value: dt.datetime) -> str:
+    """JSON for a timestamp: ISO 8601 with its offset, which timestamptz reads exactly."""
+    return value.isoformat()
+
+
+def finish_and_claim(
+    rows: Sequence[Sequence],
+    *,
+    worker: str,
+    queues: Sequence[str],
+    limit: int,
+    lease: dt.timedelta,
+    paused_tasks: Sequence[str] = (),
+) -> tuple[set[tuple[int, int]], list[tuple]]:
+    """finish_jobs(rows) and CLAIM in one round trip; return (accepted, claimed rows), where
+    accepted is as finish_jobs() returns it.
+
+    With no ``rows`` it is only the claim (claim_jobs() is that).
+
+    The statements go out together in psycopg's pipeline mode and run in one
+    implicit transaction (or the caller's), committed once at the pipeline's
+    sync: one network round trip and one WAL flush instead of two each. If any
+    fails, none is applied and the error is raised. CLAIM runs between
+    IN_CLAIM_ORDER and AFTER_CLAIM.
+
+    All four are prepared: parsing and planning CLAIM and FINISH on every turn was
+    about two thirds of PostgreSQL's CPU per job (bench/worker.py). After five runs
+    PostgreSQL plans them generically; CLAIM's generic plan is made under
+    IN_CLAIM_ORDER, so it reads the claim index in order too (see also
+    prepared_again()).
+    """
+    raw = prepare_when_asked()
+    finish = _finish_params(rows, worker) if rows else None
+    claim = _claim_params(worker, queues, limit, lease, paused_tasks)
+    return prepared_again(lambda: _finish_and_claim(raw, finish, claim))
+
+
+def _finish_and_claim(
+    raw: psycopg.Connection, finish: list | None, claim: dict
+) -> tuple[set[tuple[int, int]], list[tuple]]:
+    finishing = reused_cursor("finish")
+    claiming = reused_cursor("claim", set_up=native_timestamps)
+    setting = reused_cursor("claim settings")
+    with connection.wrap_database_errors:
+        with raw.pipeline():
+            if finish is not None:
+                finishing.execute(FINISH, finish, prepare=True)
+            setting.execute(IN_CLAIM_ORDER, prepare=True)
+            claiming.execute(CLAIM, claim, prepare=True)
+            setting.execute(AFTER_CLAIM, prepare=True)
+        # Read once the pipeline has ended: a fetch inside it sends a sync of its own, and
+        # the end of the block another, which cost a second round trip on every turn.
+        accepted = set(finishing.fetchall()) if finish is not None else set()
+        return accepted, claiming.fetchall()
+
+
+def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
+    """NOTIFY workers of each queue's earliest new run time."""
+    with connection.cursor() as cursor:
+        for queue, run_at in earliest_by_queue.items():
+            cursor.execute(NOTIFY, [CHANNEL, "%s %.6f" % (queue, run_at.timestamp())])
+
+
+START = f"""
+UPDATE {JOB}
+SET lease_token = {JOB}.lease_token + 1, worker_id = %(worker)s,
+    started_at = {NOW.format(frozen="%(frozen)s")},
+    lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS delivered (id, token)
+WHERE {JOB}.id = delivered.id AND {JOB}.lease_token = delivered.token
+  AND {JOB}.status = 'running'
+RETURNING {JOB}.id, task_name, payload::text, payload_version, attempts, max_attempts,
+          scheduled_for, run_at, unique_key, {JOB}.lease_token, retry_later_deadline,
+          started_at, queue
+"""
+"""Take claimed jobs over under their lease tokens, moving each token on (the Celery
+executor's published -> started): of two deliveries of one message only one matches.
+Returns CLAIM's columns and the queue, for the jobs that matched."""
+
+
+def start_jobs(
+    deliveries: Sequence[tuple[int, int]], *, worker: str, lease: dt.timedelta
+) -> list[tuple]:
+    """Start each claimed job of ``deliveries`` ((job id, lease token) pairs) whose token is
+    still its lease token, in one statement (see START); return their rows."""
+    with bound_cursor() as cursor:
+        cursor.execute(
+            START,
+            {
+                "ids": [job_id for job_id, _ in deliveries],
+                "tokens": [token for _, token in deliveries],
+                "worker": worker,
+                "frozen": clock.frozen_at(),
+                "lease": lease,
+            },
+        )
+        return cursor.fetchall()

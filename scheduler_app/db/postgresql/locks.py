@@ -1,0 +1,27 @@
+"""Advisory locks that let one process at a time do a duty every worker offers to do."""
+
+from __future__ import annotations
+
+from django.db import connection
+
+SCHEDULER_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('scheduler_app.schedules'))"
+"""Let one worker at a time enqueue schedule occurrences; released at commit,
+so no worker is a single point of failure."""
+
+
+def try_scheduler_lock() -> bool:
+    """Take the scheduler's transaction-level advisory lock if it is free."""
+    with connection.cursor() as cursor:
+        cursor.execute(SCHEDULER_LOCK)
+        return bool(cursor.fetchone()[0])
+
+
+ALERT_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('scheduler_app.alerts'))"
+"""Let one process at a time evaluate the alert rules; released at commit."""
+
+
+def try_alert_lock() -> bool:
+    """Take the alert evaluator's transaction-level advisory lock if it is free."""
+    with connection.cursor() as cursor:
+        cursor.execute(ALERT_LOCK)
+        return bool(cursor.fetchone()[0])
