@@ -10,7 +10,7 @@ its messages, and is empty for errors that are not about a field. A
 conflict may carry the object's current state next to ``error`` (e.g.
 ``"job": {...}``).
 
-The API views use exception_handler() directly (see views.SchedulerViewSet),
+The API views use exception_handler() directly (see viewsets.SchedulerViewSet),
 so a project's REST_FRAMEWORK['EXCEPTION_HANDLER'] is neither needed nor
 affected.
 """

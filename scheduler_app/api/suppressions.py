@@ -13,6 +13,7 @@ from rest_framework import exceptions, mixins
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from scheduler_app.api.pagination import NewestFirstPagination
 from scheduler_app.api.permissions import (
     ADD_ANY_SUPPRESSION,
     acts_on_all,
@@ -20,13 +21,13 @@ from scheduler_app.api.permissions import (
     visible_suppressions,
 )
 from scheduler_app.api.serializers import SuppressionCreateSerializer, SuppressionSerializer
-from scheduler_app.api.views import (
+from scheduler_app.api.viewsets import (
+    FORBIDDEN,
     NOT_AUTHENTICATED,
     THROTTLED,
-    JobCursorPagination,
     SchedulerViewSet,
-    _error,
     document,
+    error_response,
 )
 from scheduler_app.feedback.suppressions import normalise, suppress
 from scheduler_app.models import Suppression
@@ -36,7 +37,7 @@ class SuppressionViewSet(mixins.ListModelMixin, SchedulerViewSet):
     """Suppressions in the caller's audiences: list them, add one."""
 
     serializer_class = SuppressionSerializer
-    pagination_class = JobCursorPagination
+    pagination_class = NewestFirstPagination
 
     def get_queryset(self) -> Any:
         queryset = visible_suppressions(self.request.user)
@@ -54,7 +55,7 @@ class SuppressionViewSet(mixins.ListModelMixin, SchedulerViewSet):
         ],
         responses={
             200: SuppressionSerializer(many=True),
-            400: _error("Invalid cursor or page_size."),
+            400: error_response("Invalid cursor or page_size."),
             401: NOT_AUTHENTICATED,
         },
     )
@@ -69,9 +70,9 @@ class SuppressionViewSet(mixins.ListModelMixin, SchedulerViewSet):
         responses={
             200: SuppressionSerializer,
             201: SuppressionSerializer,
-            400: _error("Invalid body, or a scope that is not one of your audiences."),
+            400: error_response("Invalid body, or a scope that is not one of your audiences."),
             401: NOT_AUTHENTICATED,
-            403: _error("CSRF check failed (session authentication only)."),
+            403: FORBIDDEN,
             429: THROTTLED,
         },
     )

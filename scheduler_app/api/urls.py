@@ -15,16 +15,11 @@ import re
 from django.urls import path, re_path
 from rest_framework.routers import SimpleRouter
 
+from scheduler_app.api.batches import BatchViewSet
+from scheduler_app.api.jobs import JobViewSet
+from scheduler_app.api.messages import MessageViewSet
 from scheduler_app.api.suppressions import SuppressionViewSet
-from scheduler_app.api.views import (
-    ApiRootView,
-    BatchViewSet,
-    DocsView,
-    JobViewSet,
-    MessageViewSet,
-    SchemaView,
-    not_found,
-)
+from scheduler_app.api.views import ApiRootView, DocsView, SchemaView, not_found
 
 app_name = "scheduler_app_api"
 

@@ -2,6 +2,6 @@
 
 from django.urls import path
 
-from scheduler_app.api.views import JobViewSet
+from scheduler_app.api.jobs import JobViewSet
 
 urlpatterns = [path("jobs/", JobViewSet.as_view({"get": "list"}))]

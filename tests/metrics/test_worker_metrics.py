@@ -118,7 +118,7 @@ def test_without_the_extra_the_rest_of_the_app_imports_and_checks():
     code = (
         "import sys; sys.modules['prometheus_client'] = None\n"
         "import django; django.setup()\n"
-        "import scheduler_app.admin, scheduler_app.api.views, scheduler_app.worker.loop\n"
+        "import scheduler_app.admin, scheduler_app.api.urls, scheduler_app.worker.loop\n"
         "import scheduler_app.retention, scheduler_app.stats\n"
         "from scheduler_app.management.commands import runworker, scheduler_prune\n"
         "from django.core import checks\n"
