@@ -14,7 +14,8 @@ from typing import Any
 
 from django.db import connection
 
-from scheduler_app.worker.loop import Worker, WorkerOptions
+from scheduler_app.worker.loop import Worker
+from scheduler_app.worker.options import WorkerOptions
 
 REPO = Path(__file__).resolve().parent.parent
 

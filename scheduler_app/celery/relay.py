@@ -20,8 +20,10 @@ from django.db import transaction
 from scheduler_app.celery.publishing import publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job
+from scheduler_app.worker.duties import Duty
 from scheduler_app.worker.execution import ClaimedJob
-from scheduler_app.worker.loop import Duty, Worker, WorkerOptions
+from scheduler_app.worker.loop import Worker
+from scheduler_app.worker.options import WorkerOptions
 
 logger = logging.getLogger("scheduler_app.celery")
 

@@ -1,9 +1,14 @@
-"""The Worker: claim due jobs in batches, run them on a bounded thread pool,
-record outcomes in batches, renew leases, rescue expired ones, stop gracefully.
+"""The Worker: claim due jobs in batches, run them on a bounded thread pool, record
+outcomes in batches; schedule the side duties; stop gracefully.
 
 Lifecycle: ``Worker(options).run()`` blocks until ``stop()`` (or a stop
 signal, when run under ``graceful_signals``) and returns after running jobs
-finished or were let go of (see _drain); it raises WorkerFatal when it cannot go on.
+finished or were let go of (see drain); it raises WorkerFatal when it cannot go on.
+
+Around the loop, each in its own module: the side duties (``duties/``: kill switches,
+rescue, send sweeper, heartbeat, summary, schedules, lease renewal, alert evaluation),
+the handlers that outlive their timeout (``abandoned``), the drain after stop()
+(``drain``), the stop signals (``shutdown``) and the LISTEN wake-up (``wakeup``).
 
 An executor that runs jobs elsewhere subclasses Worker (the Celery relay,
 scheduler_app.celery.relay): it overrides ``_exchange``, ``_claim``, ``_free_slots`` and
@@ -13,16 +18,10 @@ so every side duty and the lease thread serve it unchanged.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import logging
-import os
 import queue
-import random
-import socket
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
@@ -30,28 +29,29 @@ from typing import TypeVar
 from django.db import DatabaseError, connection
 from django.db.models import F
 
-from scheduler_app import workers
-from scheduler_app.alerts.evaluator import evaluate_quietly
-from scheduler_app.controls import CONTROL_REFRESH, PausedScopes, paused_scopes
+from scheduler_app.controls import PausedScopes
 from scheduler_app.database_clock import DatabaseNow
 from scheduler_app.db import backend
 from scheduler_app.exceptions import SchedulerError, UnknownTask
 from scheduler_app.models import Job
 from scheduler_app.registry import get_task
-from scheduler_app.schedules.declared import sync_declared_schedules
-from scheduler_app.schedules.enqueuer import enqueue_due_occurrences
-from scheduler_app.sends.sweeper import revive_stranded_batches
 from scheduler_app.signals import attempt_finished, job_failed, jobs_claimed
-from scheduler_app.worker import holds, leases
-from scheduler_app.worker.execution import (
-    ClaimedJob,
-    Finish,
-    execute,
-    fail,
-    hand_back,
-    timeout_failure,
-)
+from scheduler_app.worker import leases
+from scheduler_app.worker.abandoned import AbandonedThreadsMixin
+from scheduler_app.worker.drain import DrainMixin
+from scheduler_app.worker.duties import Duty, DutyThread
+from scheduler_app.worker.duties.alerts import alert_evaluation
+from scheduler_app.worker.duties.heartbeat import Heartbeat
+from scheduler_app.worker.duties.kill_switches import KillSwitches
+from scheduler_app.worker.duties.lease_renewal import Leased, lease_renewal
+from scheduler_app.worker.duties.rescue import rescue
+from scheduler_app.worker.duties.schedules import Schedules
+from scheduler_app.worker.duties.send_sweeper import send_sweeper
+from scheduler_app.worker.duties.summary import Summary
+from scheduler_app.worker.execution import ClaimedJob, Finish, execute, fail, hand_back
+from scheduler_app.worker.options import WorkerOptions
 from scheduler_app.worker.outcomes import CONNECTION_ERRORS, finish_jobs, record_one
+from scheduler_app.worker.running import Running
 
 logger = logging.getLogger("scheduler_app.worker")
 
@@ -68,69 +68,7 @@ class WorkerFatal(SchedulerError):
     code = "worker_fatal"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class WorkerOptions:
-    """How a Worker runs; runworker builds one from its options and settings."""
-
-    queues: tuple[str, ...]
-    concurrency: int
-    batch_size: int
-    poll_interval: float
-    lease_seconds: float
-    shutdown_timeout: float
-    database_unavailable_timeout: float
-    summary_interval: float
-    #: Seconds between looks for due schedule occurrences; None: this worker never does.
-    scheduler_interval: float | None = None
-    #: Seconds past its timeout after which a handler's thread is abandoned (see _abandon).
-    timeout_grace: float = 10.0
-    #: Seconds between heartbeat writes (the worker's row in the admin's live workers).
-    heartbeat_interval: float = 10.0
-    #: Seconds between offers to evaluate the alert rules; None: this worker never does.
-    alert_interval: float | None = None
-    worker_id: str = dataclasses.field(default_factory=lambda: default_worker_id())
-
-    @property
-    def lease(self) -> dt.timedelta:
-        return dt.timedelta(seconds=self.lease_seconds)
-
-
-def default_worker_id() -> str:
-    """Return ``host:pid:random``: unique per process, readable in the admin."""
-    return "%s:%s:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
-
-
-@dataclasses.dataclass(slots=True)
-class Duty:
-    """A periodic side duty of the worker loop: ``run()`` every ``interval()`` seconds.
-
-    ``interval`` is a callable so a duty can add jitter. Duties run on the
-    loop's thread; lease renewal and the alert evaluation have their own
-    threads, so no duty can delay the one and the other cannot delay the loop.
-    """
-
-    name: str
-    interval: Callable[[], float]
-    run: Callable[[], object]
-    next_at: float = 0.0  # time.monotonic(); 0: at the first turn
-
-
-@dataclasses.dataclass(slots=True)
-class _Running:
-    job: ClaimedJob
-    deadline: float | None  # time.monotonic() after which the job has timed out
-    timed_out: bool = False  # past its deadline; fails as a timeout whenever it returns
-    finalised: bool = False  # handed back at shutdown: whatever it returns is discarded
-    returned: bool = False  # the handler returned (set by its thread, under Worker._lock)
-    abandoned: bool = False  # given up on: its outcome is recorded, its thread runs on
-    held: ClaimedJob | None = None  # the claim whose row is held while the thread runs
-    retry_at: dt.datetime | None = None  # when the held job may run once the thread ends
-    # A newer claim of the same job (this attempt's lease was lost and the job
-    # rescued): it starts once this attempt ends, so the two never run at once.
-    next: ClaimedJob | None = None
-
-
-class Worker:
+class Worker(AbandonedThreadsMixin, DrainMixin):
     """One runworker process's claim loop."""
 
     def __init__(self, options: WorkerOptions) -> None:
@@ -138,13 +76,13 @@ class Worker:
         self.id = options.worker_id
         self._stopping = threading.Event()
         self._wake = threading.Event()
-        self._inbox: queue.SimpleQueue[_Running | None] = queue.SimpleQueue()
-        self._outbox: queue.SimpleQueue[tuple[_Running, Finish | BaseException]] = (
+        self._inbox: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[Running, Finish | BaseException]] = (
             queue.SimpleQueue()
         )
-        self._running: dict[int, _Running] = {}
-        # Attempts whose thread was abandoned (see _abandon) and still runs.
-        self._abandoned: list[_Running] = []
+        self._running: dict[int, Running] = {}
+        # Attempts whose thread was abandoned (see abandoned.py) and still runs.
+        self._abandoned: list[Running] = []
         self._lock = threading.Lock()  # between a thread returning and _abandon giving up on it
         self._fatal: str | None = None
         # While the loop gathers finished jobs into a batch, executors wake it
@@ -152,49 +90,52 @@ class Worker:
         self._enough = max(1, min(options.concurrency, options.batch_size) // 2)
         self._gathering = False
         self._unflushed: list[Finish] = []
-        self._counts: Counter[str] = Counter()
         self._threads: list[threading.Thread] = []
         self._listener: threading.Thread | None = None
-        self._renewer: threading.Thread | None = None
+        self._renewer: DutyThread | None = None
         self._renewer_stop = threading.Event()
-        self._alerter: threading.Thread | None = None
+        self._alerter: DutyThread | None = None
         self._db_down_since: float | None = None
         # The connection was lost since the last look (see _reconcile): a claim's commit may
         # have gone through without its reply reaching us.
         self._connection_lost = False
-        self._paused = PausedScopes()
-        lease = options.lease_seconds
-        self._duties = [
-            Duty(name="kill switches", interval=lambda: CONTROL_REFRESH, run=self._read_controls),
-            # Jitter so that many workers don't all rescue in the same instant.
-            Duty(
-                name="rescue",
-                interval=lambda: lease / 2 * random.uniform(0.5, 1.5),
-                run=lambda: self._with_db(lambda: leases.rescue_expired(self.id)),
-            ),
-            Duty(
-                name="send sweeper",
-                interval=lambda: lease * random.uniform(0.5, 1.5),
-                run=lambda: self._with_db(revive_stranded_batches),
-            ),
-            Duty(
-                name="heartbeat",
-                interval=lambda: options.heartbeat_interval,
-                run=self._heartbeat,
-                next_at=time.monotonic() + options.heartbeat_interval,
-            ),
-            Duty(
-                name="summary",
-                interval=lambda: options.summary_interval,
-                run=self._log_summary,
-                next_at=time.monotonic() + options.summary_interval,
-            ),
+        self._kill_switches = KillSwitches(self.id, self._with_db)
+        self._heartbeat = Heartbeat(
+            self.id,
+            queues=options.queues,
+            concurrency=options.concurrency,
+            interval=options.heartbeat_interval,
+            running=lambda: len(self._running),
+            with_db=self._with_db,
+        )
+        self._summary = Summary(
+            self.id, interval=options.summary_interval, running=lambda: len(self._running)
+        )
+        self._schedules: Schedules | None = None
+        self._duties: list[Duty] = [
+            self._kill_switches.duty(),
+            rescue(worker_id=self.id, lease_seconds=options.lease_seconds, with_db=self._with_db),
+            send_sweeper(lease_seconds=options.lease_seconds, with_db=self._with_db),
+            self._heartbeat.duty(),
+            self._summary.duty(),
         ]
         if options.scheduler_interval is not None:
-            interval = options.scheduler_interval
-            self._duties.append(
-                Duty(name="scheduler", interval=lambda: interval, run=self._tick_schedules)
+            self._schedules = Schedules(
+                interval=options.scheduler_interval,
+                stopping=lambda: self.stopping,
+                with_db=self._with_db,
             )
+            self._duties.append(self._schedules.duty())
+
+    @property
+    def _paused(self) -> PausedScopes:
+        """The kill switches as this worker last read them."""
+        return self._kill_switches.paused
+
+    @property
+    def _counts(self) -> Counter[str]:
+        """What this worker did since the last summary."""
+        return self._summary.counts
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -218,18 +159,14 @@ class Worker:
             self.options.batch_size,
             connection.vendor,
         )
-        self._with_db(
-            lambda: workers.worker_started(
-                self.id, queues=self.options.queues, concurrency=self.options.concurrency
-            )
-        )
-        if self.options.scheduler_interval is not None:
-            self._with_db(sync_declared_schedules)
+        self._heartbeat.started()
+        if self._schedules is not None:
+            self._schedules.started()
         try:
             while not self.stopping:
                 self._turn()
             self._drain()
-            self._with_db(lambda: workers.worker_stopped(self.id))
+            self._heartbeat.stopped()
         finally:
             for _ in self._threads:
                 self._inbox.put(None)
@@ -237,7 +174,7 @@ class Worker:
             for thread in (self._listener, self._renewer, self._alerter):
                 if thread is not None:
                     thread.join(timeout=5)
-            self._log_summary()
+            self._summary.log()
             connection.close()
         logger.info("worker stopped worker=%s", self.id)
         if self._fatal is not None:
@@ -413,10 +350,10 @@ class Worker:
 
         For executors that run jobs elsewhere (the Celery relay's published jobs).
         """
-        self._running[job.id] = _Running(job=job, deadline=None)
+        self._running[job.id] = Running(job=job, deadline=None)
 
     def _start(self, job: ClaimedJob) -> None:
-        running = _Running(job=job, deadline=self._deadline(job))
+        running = Running(job=job, deadline=self._deadline(job))
         self._running[job.id] = running
         self._inbox.put(running)
 
@@ -534,174 +471,14 @@ class Worker:
                 duty.next_at = now + duty.interval()
                 duty.run()
 
-    def _heartbeat(self) -> None:
-        running = len(self._running)
-        if self._with_db(lambda: workers.heartbeat(self.id, running=running)) is False:
-            # Our row was deleted (pruned) or never written: write it again.
-            self._with_db(
-                lambda: workers.worker_started(
-                    self.id, queues=self.options.queues, concurrency=self.options.concurrency
-                )
-            )
-
-    def _read_controls(self) -> None:
-        paused = self._with_db(paused_scopes)
-        if paused is not None and paused != self._paused:
-            logger.info(
-                "kill switches changed worker=%s everything=%s queues=%s tasks=%s",
-                self.id,
-                paused.everything,
-                ",".join(sorted(paused.queues)),
-                ",".join(sorted(paused.tasks)),
-            )
-            self._paused = paused
-
-    def _tick_schedules(self) -> None:
-        if not self.stopping:
-            self._with_db(enqueue_due_occurrences)
-
-    def _renew_forever(self) -> None:
-        """Renew our leases every third of the lease, on this thread's own connection.
-
-        Its own thread, so that a slow side duty (a scheduler tick waiting on a
-        lock) cannot cost a running job its lease.
-        """
-        try:
-            while not self._renewer_stop.wait(self.options.lease_seconds / 3):
-                # A copy made in C, atomic under the GIL: the loop changes _running meanwhile.
-                running = self._running.copy()
-                ids = [job_id for job_id, r in running.items() if not r.finalised]
-                held = [(r.held.id, r.held.lease_token) for r in list(self._abandoned) if r.held]
-                try:
-                    leases.renew(self.id, ids, self.options.lease)
-                    holds.extend(held, self.options.lease)
-                except CONNECTION_ERRORS as exc:
-                    logger.warning(
-                        "lease renewal failed, will retry worker=%s error=%s", self.id, exc
-                    )
-                    connection.close()
-        finally:
-            connection.close()
-
-    def _evaluate_alerts_forever(self) -> None:
-        """Evaluate the alert rules every ALERT_INTERVAL, on this thread's own connection.
-
-        Its own thread, so that a slow evaluation or a notifier that hangs (a
-        mail server that never answers) cannot stop the loop from recording
-        outcomes and claiming. Jitter: workers started together offer to
-        evaluate at different times.
-        """
-        every = self.options.alert_interval
-        delay = every * random.uniform(0.1, 1.0)
-        try:
-            while not self._stopping.wait(delay):
-                delay = every * random.uniform(0.8, 1.2)
-                try:
-                    evaluate_quietly()
-                except CONNECTION_ERRORS as exc:
-                    logger.warning(
-                        "alert evaluation failed, will retry worker=%s error=%s", self.id, exc
-                    )
-                    connection.close()
-        finally:
-            connection.close()
-
-    def _expire_timeouts(self, now: float) -> None:
-        """Mark jobs past their task's timeout; each fails as a timeout when it returns.
-
-        A thread cannot be interrupted, so the job keeps its slot and its
-        lease until the handler returns: a retry never runs beside it.
-        """
-        for running in list(self._running.values()):
-            if running.deadline is None or now < running.deadline:
-                continue
-            if not running.timed_out:
-                running.timed_out = True
-                job = running.job
-                logger.warning(
-                    "job timed out, its attempt will fail when the handler returns "
-                    "job=%s task=%s attempt=%s",
-                    job.id,
-                    job.task_name,
-                    job.attempt,
-                )
-            if now >= running.deadline + self.options.timeout_grace:
-                self._abandon(running)
-
-    def _abandon(self, running: _Running) -> None:
-        """Give up on a handler still running past its timeout plus grace.
-
-        A thread cannot be killed, so it runs on, and a new thread takes its
-        place. The attempt is recorded under the timeout rule; a retry is held
-        (see holds) until the thread ends, so it never runs beside it. More
-        abandoned threads than CONCURRENCY stop the worker with WorkerFatal.
-        """
-        with self._lock:
-            if running.returned:
-                return  # it just returned: its outcome waits in the outbox
-            running.abandoned = True
-        job = running.job
-        del self._running[job.id]
-        self._abandoned.append(running)
-        self._start_executor()
-        self._counts["abandoned"] += 1
-        logger.error(
-            "job abandoned, its handler did not return within its timeout plus grace; the thread "
-            "runs on and the job is held until it ends job=%s task=%s attempt=%s timeout=%ss "
-            "grace=%ss abandoned_threads=%s",
-            job.id,
-            job.task_name,
-            job.attempt,
-            get_task(job.task_name).timeout.total_seconds(),  # type: ignore[union-attr]
-            self.options.timeout_grace,
-            len(self._abandoned),
-        )
-        if running.next is None:
-            self._hold(running, self._timeout_failure(job, abandoned=True))
-        else:
-            self._hold(running, hand_back(running.next, self._held_reason()))
-        if len(self._abandoned) > self.options.concurrency and self._fatal is None:
-            self._fatal = (
-                "%s handler threads did not return after their timeout (more than the "
-                "concurrency, %s); restart the worker."
-                % (len(self._abandoned), self.options.concurrency)
-            )
-            logger.error("stopping: %s worker=%s", self._fatal, self.id)
-            self.stop()
-
-    def _held_reason(self) -> str:
-        return (
-            "Worker %s handed it back: an abandoned attempt of this job still runs there; "
-            "it is held until that ends." % self.id
-        )
-
-    def _hold(self, running: _Running, finish: Finish) -> None:
-        """Record ``finish``; if the job runs again, hold it while ``running``'s thread lives."""
-        if finish.status == Job.Status.PENDING:
-            running.held = finish.job
-            running.retry_at = finish.run_at or finish.finished_at
-            finish = dataclasses.replace(
-                finish, run_at=max(running.retry_at, finish.job.now() + self.options.lease)
-            )
-        self._unflushed.append(finish)
-
-    def _end_abandoned(self, running: _Running) -> None:
-        """An abandoned thread returned: discard its outcome, let its held job run."""
-        self._abandoned.remove(running)
-        job = running.job
-        logger.warning(
-            "abandoned handler returned, its outcome is discarded job=%s task=%s attempt=%s",
-            job.id,
-            job.task_name,
-            job.attempt,
-        )
-        held, retry_at = running.held, running.retry_at
-        if held is not None and retry_at is not None:
-            self._with_db(lambda: holds.release(held.id, held.lease_token, retry_at))
-
-    def _timeout_failure(self, job: ClaimedJob, *, abandoned: bool = False) -> Finish:
-        grace = self.options.timeout_grace if abandoned else None
-        return timeout_failure(job, abandoned_after=grace)
+    def _leased(self) -> Leased:
+        """Return what the lease renewal renews: the jobs running here (but those handed
+        back at shutdown), and the jobs held while their abandoned thread runs."""
+        # A copy made in C, atomic under the GIL: the loop changes _running meanwhile.
+        running = self._running.copy()
+        ids = [job_id for job_id, r in running.items() if not r.finalised]
+        held = [(r.held.id, r.held.lease_token) for r in list(self._abandoned) if r.held]
+        return ids, held
 
     def _sleep_time(self, *, idle: bool) -> float:
         timeout = min(
@@ -744,64 +521,6 @@ class Worker:
         )
         return None if wait is None else max(wait.total_seconds(), 0)
 
-    def _drain(self) -> None:
-        """After stop(): wait for running jobs up to the shutdown timeout, then let go of the
-        rest (see _leave_unfinished)."""
-        deadline = time.monotonic() + self.options.shutdown_timeout
-        while self._running and time.monotonic() < deadline:
-            self._wake.clear()
-            self._collect()
-            self._flush()
-            self._side_duties()
-            if self._running:
-                self._wake.wait(min(deadline - time.monotonic(), 0.5))
-        self._collect()
-        unfinished = [running for running in self._running.values() if not running.finalised]
-        for running in unfinished:
-            running.finalised = True  # not renewed any more; whatever it returns is discarded
-        lost = self._leave_unfinished([running.next or running.job for running in unfinished])
-        self._reconcile()
-        self._flush()
-        lost += len(self._unflushed)
-        if lost and self._fatal is None:
-            # Not a clean stop: an attempt not given back is charged by the rescue (guarantee 11).
-            self._fatal = (
-                "could not record %s outcomes before exiting (the database is away); their "
-                "leases will expire and the jobs run again" % lost
-            )
-            logger.error("%s worker=%s", self._fatal, self.id)
-
-    def _leave_unfinished(self, jobs: list[ClaimedJob]) -> int:
-        """Give back the attempts of jobs whose handlers still run at the shutdown timeout,
-        leaving them running under a lease no longer renewed; return how many could not be.
-
-        Not handed back: a pending job could be claimed by another worker, or
-        cancelled, while its handler still runs here, and that thread runs
-        until this process exits, after which nothing here can write. Their
-        leases lapse within a lease of the last renewal, and the rescue puts
-        them back to pending; the attempt is not charged, as it was given
-        back here.
-        """
-        if not jobs:
-            return 0
-        reason = (
-            "Worker %s stopped; the job did not finish within the %ss shutdown timeout. Its "
-            "handler was still running, so the job stays running until its lease lapses, then "
-            "runs again without using an attempt." % (self.id, self.options.shutdown_timeout)
-        )
-        fences = [job.fence for job in jobs]
-        released = self._with_db(lambda: leases.give_back_attempts(fences, reason))
-        if released is None:
-            return len(fences)
-        self._counts["handed_back"] += len(fences)
-        logger.warning(
-            "worker stopped with handlers still running, their jobs run again once their "
-            "leases lapse worker=%s jobs=%s",
-            self.id,
-            ",".join(str(job_id) for job_id, _ in fences),
-        )
-        return 0
-
     # -- helpers -------------------------------------------------------------
 
     def _start_threads(self) -> None:
@@ -812,13 +531,16 @@ class Worker:
 
             self._listener = Listener(self.options.queues, self._wake, self._stopping)
             self._listener.start()
-        self._renewer = threading.Thread(
-            target=self._renew_forever, name="scheduler-leases", daemon=True
+        self._renewer = lease_renewal(
+            worker_id=self.id,
+            lease_seconds=self.options.lease_seconds,
+            leased=self._leased,
+            stop=self._renewer_stop,
         )
         self._renewer.start()
         if self.options.alert_interval is not None:
-            self._alerter = threading.Thread(
-                target=self._evaluate_alerts_forever, name="scheduler-alerts", daemon=True
+            self._alerter = alert_evaluation(
+                worker_id=self.id, every=self.options.alert_interval, stop=self._stopping
             )
             self._alerter.start()
 
@@ -882,19 +604,3 @@ class Worker:
             logger.info("database reachable again worker=%s", self.id)
             self._db_down_since = None
         return result
-
-    def _log_summary(self) -> None:
-        counts, self._counts = self._counts, Counter()
-        logger.info(
-            "worker summary worker=%s claimed=%s succeeded=%s failed=%s retried=%s deferred=%s "
-            "handed_back=%s abandoned=%s running=%s",
-            self.id,
-            counts["claimed"],
-            counts["succeeded"],
-            counts["failed"],
-            counts["retried"],
-            counts["deferred"],
-            counts["handed_back"],
-            counts["abandoned"],
-            len(self._running),
-        )

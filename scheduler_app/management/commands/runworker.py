@@ -15,7 +15,8 @@ from django.db import OperationalError
 from scheduler_app.bounds import positive_float, positive_int
 from scheduler_app.conf import app_settings
 from scheduler_app.management.database import check_migrated
-from scheduler_app.worker.loop import Worker, WorkerFatal, WorkerOptions, default_worker_id
+from scheduler_app.worker.loop import Worker, WorkerFatal
+from scheduler_app.worker.options import WorkerOptions, default_worker_id
 from scheduler_app.worker.shutdown import graceful_signals
 
 logger = logging.getLogger("scheduler_app.worker")
