@@ -120,6 +120,11 @@ DEFAULTS: dict[str, Any] = {
     "PRUNE_BATCH_SIZE": 1000,
     "PRUNE_MAX_ROWS": 1_000_000,
     "PRUNE_SCHEDULE": "30 3 * * *",  # cron, UTC; None switches the built-in schedule off
+    # The database of scheduler_app's tables (an alias of DATABASES; see
+    # docs/separate-database.md), and the business database whose commits schedule() waits
+    # for when they are not the same one (the outbox mode); None: schedule() writes at once.
+    "DATABASE": "default",
+    "ENQUEUE_ON_COMMIT_OF": None,
 }
 
 # What each setting means, in Markdown: the settings reference in the docs is generated
@@ -413,6 +418,22 @@ DESCRIPTIONS: dict[str, str] = {
     "PRUNE_SCHEDULE": (
         "Cron expression (UTC) of the built-in daily prune schedule `scheduler-prune`; "
         "`None` switches it off."
+    ),
+    "DATABASE": (
+        "The alias in `DATABASES` of the database that holds scheduler_app's tables. Another "
+        "one than `'default'` takes the job churn off the business database: it needs "
+        "`scheduler_app.routers.SchedulerRouter` in `DATABASE_ROUTERS`, the user model on "
+        "that database too, and `migrate --database` for it, and `schedule()` is no longer "
+        "atomic with a business transaction unless `ENQUEUE_ON_COMMIT_OF` is set (checks "
+        "`scheduler_app.E120`-`E122`, `W120`; see "
+        "[A separate database](../separate-database.md))."
+    ),
+    "ENQUEUE_ON_COMMIT_OF": (
+        "`None`, or the alias of your business database when it is not `DATABASE` (the "
+        "outbox mode): `schedule()` and `schedule_many()` called inside a transaction of it "
+        "write their jobs when it commits (nothing if it rolls back) and return them unsaved "
+        "until then. A crash between that commit and the write loses those jobs (check "
+        "`scheduler_app.E123`; see [A separate database](../separate-database.md))."
     ),
 }
 

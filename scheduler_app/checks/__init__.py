@@ -7,6 +7,7 @@ django.core.checks keeps its own:
     tasks_backend   Django's Tasks framework backends (E070-E072)
     celery          the Celery executor (E060-E063)
     database        the connection: no transaction pooling (E080)
+    routing         the scheduler's database, its router, the outbox mode (E120-E123, W120)
     operability     alerts, heartbeats, stale sends, notifiers (E040-E044, W040)
     metrics         the Prometheus metrics (E050-E053, W050)
     retention       retention, the prune, relations to Job (E054-E056, E059)
@@ -26,6 +27,7 @@ from scheduler_app.checks import (  # noqa: F401  (each registers its checks)
     metrics,
     operability,
     retention,
+    routing,
     schedules,
     sends,
     settings,
