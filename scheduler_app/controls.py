@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from django.db import transaction
-
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Control, ControlEvent
 from scheduler_app.registry import check_queue, get_task
@@ -79,7 +77,7 @@ def _switch(scope: str, target: str, *, paused: bool, by: Any, reason: str) -> b
     # its pause can still be resumed.
     switches = Control.objects.filter(scope=scope, target=target)
     now = clock.now()
-    with transaction.atomic():
+    with database.atomic():
         if paused:
             Control.objects.get_or_create(scope=scope, target=target)
         changed = switches.filter(paused=not paused).update(

@@ -6,9 +6,9 @@ import dataclasses
 import datetime as dt
 import math
 
-from django.db import connection
 from django.db.models import QuerySet
 
+from scheduler_app.database import connection
 from scheduler_app.models import Job, JobAttempt
 
 

@@ -28,14 +28,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.files.storage import default_storage
-from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.alerts.links import admin_link
 from scheduler_app.alerts.memory import remember_pruned
 from scheduler_app.alerts.store import open_alert
 from scheduler_app.conf import app_settings
+from scheduler_app.database import connection
 from scheduler_app.exceptions import PruneRefused
 from scheduler_app.models import (
     Alert,
@@ -126,7 +126,7 @@ def _mark_blanked_batches(cutoff: dt.datetime) -> None:
     (sends.batches.seed_send), so its seed is seen here, or clears the mark afterwards.
     """
     left = Recipient.objects.filter(batch=OuterRef("pk")).exclude(context={})
-    with transaction.atomic():
+    with database.atomic():
         locked = list(
             _batches_with_contexts(cutoff).select_for_update().values_list("pk", flat=True)
         )
@@ -273,7 +273,7 @@ def _remove_rows(kind: Kind, cutoff: dt.datetime, budget: int) -> int:
     removed = 0
     size = app_settings.PRUNE_BATCH_SIZE
     while removed < budget:
-        with transaction.atomic():
+        with database.atomic():
             pruned = _remove_batch(kind, cutoff, min(size, budget - removed))
         if not pruned:
             break

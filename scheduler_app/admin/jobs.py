@@ -8,14 +8,14 @@ import threading
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import F, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.admin.display import paused_banner, report_counts, seconds
 from scheduler_app.admin.filters import QueueFilter, TaskNameFilter
@@ -307,7 +307,7 @@ class JobAdmin(SchedulerModelAdmin):
     @admin.action(description="Run selected pending jobs now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet) -> None:
         selected = list(queryset.filter(status=Job.Status.PENDING).values_list("pk", flat=True))
-        with transaction.atomic():
+        with database.atomic():
             # Locked first (the list takes the locks): a worker cannot claim a job between
             # run_pending_now's lists and its updates, so the history names what moved.
             pending = Job.objects.filter(pk__in=selected, status=Job.Status.PENDING)
@@ -350,7 +350,7 @@ class JobAdmin(SchedulerModelAdmin):
         retried_pks = []
         for pk in queryset.values_list("pk", flat=True):
             try:
-                with transaction.atomic():
+                with database.atomic():
                     retried = Job.objects.filter(pk=pk, status=Job.Status.FAILED).update(
                         status=Job.Status.PENDING,
                         run_at=clock.now(),

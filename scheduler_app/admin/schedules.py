@@ -6,14 +6,13 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db import transaction
 from django.db.models import QuerySet
 from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.admin.base import SchedulerModelAdmin, form_checked
 from scheduler_app.admin.display import report_counts, seconds
 from scheduler_app.admin.pagination import BoundedPaginator
@@ -300,7 +299,7 @@ class ScheduleAdmin(SchedulerModelAdmin):
 
     def _set_enabled(self, request: HttpRequest, queryset: QuerySet, enabled: bool) -> None:
         word = "enabled" if enabled else "disabled"
-        with transaction.atomic():
+        with database.atomic():
             switched = Schedule.objects.filter(
                 pk__in=queryset.filter(enabled=not enabled).values("pk")
             )

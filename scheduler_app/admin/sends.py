@@ -10,7 +10,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import (
     FileResponse,
@@ -27,7 +26,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.admin.base import SchedulerModelAdmin, form_checked
 from scheduler_app.admin.display import paused_banner, seconds, utc
 from scheduler_app.admin.fields import AddressListField, NamedValuesField
@@ -230,7 +229,7 @@ class SendBatchAdmin(SchedulerModelAdmin):
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
         # A draft scheduled since the confirmation page was shown is not deleted.
-        with transaction.atomic():
+        with database.atomic():
             drafts = queryset.select_for_update().filter(status=Status.DRAFT)
             super().delete_queryset(request, drafts)
 

@@ -14,12 +14,12 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.validators import validate_email
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from scheduler_app import database
 from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.admin.display import report_counts
 from scheduler_app.feedback.suppressions import lift, normalise, suppress
@@ -239,7 +239,7 @@ def _import(upload: Any, by: Any) -> tuple[int, int, list[str]]:
     if problems:
         return 0, 0, problems
     added = 0
-    with transaction.atomic():  # every line or none
+    with database.atomic():  # every line or none
         for address, scope, reason, detail in rows:
             _, created = suppress(
                 address,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Max, Min, Q
 
+from scheduler_app import database
 from scheduler_app.alerts.targets import task_targets
 from scheduler_app.models import AlertMemory, Job, Schedule, ScheduleOccurrence
 
@@ -96,7 +96,7 @@ def _merge(
     keep: int,
 ) -> None:
     """Fold what is being pruned into ``subject``'s memory (two prunes may overlap)."""
-    with transaction.atomic():
+    with database.atomic():
         memory, _ = AlertMemory.objects.select_for_update().get_or_create(subject=subject)
         if last_success and (
             memory.last_success_at is None or last_success[0] > memory.last_success_at

@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from celery import Celery
-from django.db import transaction
 
+from scheduler_app import database
 from scheduler_app.celery.publishing import publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job
@@ -37,7 +37,7 @@ FOLLOW_INTERVAL = 0.25
 def claim_unstarted(**claim: Any) -> list[tuple]:
     """Claim jobs as backend().claim_jobs(**claim) does, with no started_at: a Celery worker
     starts them (start_jobs sets it), and until then the rescue knows that none ran."""
-    with transaction.atomic():
+    with database.atomic():
         rows = backend().claim_jobs(**claim)
         Job.objects.filter(pk__in=[row[0] for row in rows]).update(started_at=None)
     return rows

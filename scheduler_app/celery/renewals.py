@@ -14,8 +14,9 @@ import os
 import threading
 from collections.abc import Iterator
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
+from scheduler_app.database import connection
 from scheduler_app.worker import leases
 from scheduler_app.worker.execution import ClaimedJob
 

@@ -1,6 +1,7 @@
 """The only raw SQL in scheduler_app, one package per database vendor.
 
-``backend()`` returns the package for the default connection's vendor,
+``backend()`` returns the package for the vendor of the scheduler's database
+(``scheduler_app.database``, whose connection every statement here runs on),
 ``postgresql`` or ``sqlite``; both expose the same functions (see their
 ``__init__``), each kept in a module named for what it does: ``jobs`` (claim,
 finish, start), ``recipients`` (a send's markers), ``undo``, ``clock``.
@@ -14,8 +15,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
+from scheduler_app.database import connection
 from scheduler_app.database_clock import DatabaseNow as DatabaseNow  # documented here too
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ def write_across_reconnects(
 
 
 def backend() -> ModuleType:
-    """Return the SQL module for the default database's vendor."""
+    """Return the SQL module for the vendor of the scheduler's database."""
     return _backend_for(connection.vendor)
 
 

@@ -8,8 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection
-
+from scheduler_app.database import connection
 from scheduler_app.models import Job
 
 #: Job columns an owner never sees and an undo never needs: large, kept for operators.

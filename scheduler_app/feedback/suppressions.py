@@ -18,11 +18,11 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import Count, Q
 from django.utils.module_loading import import_string
 
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user
 from scheduler_app.exceptions import UnmatchedFeedback, UnsuppressibleAddress
@@ -160,7 +160,7 @@ def suppress(
     address = list_address(address)
     batch_id = batch.pk if isinstance(batch, SendBatch) else batch
     try:
-        with transaction.atomic():
+        with database.atomic():
             row, created = Suppression.objects.get_or_create(
                 address=address,
                 scope=scope,
@@ -193,7 +193,7 @@ def lift(suppression: Suppression, *, why: str, by: Any = None) -> bool:
         from scheduler_app.exceptions import ValidationError
 
         raise ValidationError("Say why the suppression is lifted.")
-    with transaction.atomic():
+    with database.atomic():
         deleted, _ = Suppression.objects.filter(pk=suppression.pk).delete()
         if not deleted:
             return False
@@ -278,7 +278,7 @@ def record_event(event: Feedback) -> FeedbackEvent | None:
         )
         raise
     try:
-        with transaction.atomic():
+        with database.atomic():
             row = FeedbackEvent.objects.create(
                 event_id=event.event_id,
                 kind=event.kind,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from django.core.management.base import CommandError
-from django.db import DatabaseError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
 from django.db.migrations.executor import MigrationExecutor
+
+from scheduler_app.database import alias, connection
 
 APP = "scheduler_app"
 
@@ -20,20 +22,21 @@ def database_ready() -> None:
 
 
 def check_migrated() -> None:
-    """Raise CommandError unless every scheduler_app migration is applied (a database
-    that answers but was never migrated, or is older than this code)."""
+    """Raise CommandError unless every scheduler_app migration is applied to the scheduler's
+    database (one that answers but was never migrated, or is older than this code)."""
     missing = unapplied_migrations(APP)
     if missing:
+        where = "" if alias() == DEFAULT_DB_ALIAS else " --database=%s" % alias()
         raise CommandError(
             "The database has not been migrated: %s of %s's migrations are not applied "
-            "(the first: %s). Run manage.py migrate first."
-            % (len(missing), APP, missing[0].split(".", 1)[1])
+            "(the first: %s). Run manage.py migrate%s first."
+            % (len(missing), APP, missing[0].split(".", 1)[1], where)
         )
 
 
 def unapplied_migrations(app_label: str | None = None) -> list[str]:
-    """Return "app.name" of each migration not applied yet, in the order migrate would
-    apply them: those of ``app_label``, or of every app."""
+    """Return "app.name" of each migration not applied yet to the scheduler's database, in
+    the order migrate would apply them: those of ``app_label``, or of every app."""
     executor = MigrationExecutor(connection)
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes(app_label))
     return [

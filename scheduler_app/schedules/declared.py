@@ -39,10 +39,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.utils.dateparse import parse_datetime
 
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.conf import app_settings
 from scheduler_app.exceptions import ValidationError
 from scheduler_app.models import Schedule
@@ -120,7 +120,7 @@ def sync_declared_schedules() -> list[Schedule]:
     version = app_settings.SCHEDULES_VERSION
     now = clock.now()
     stored = []
-    with transaction.atomic():
+    with database.atomic():
         existing = {
             s.name: s for s in Schedule.objects.select_for_update().filter(name__in=declared)
         }
@@ -179,7 +179,7 @@ def _create(wanted: Schedule, version: int, now: dt.datetime) -> Schedule:
     wanted.declared_version = version
     wanted.created_at = wanted.updated_at = now
     try:
-        with transaction.atomic():
+        with database.atomic():
             wanted.save(force_insert=True)
     except IntegrityError:
         theirs = Schedule.objects.select_for_update().filter(name=wanted.name).first()
@@ -204,7 +204,7 @@ def prune_declared_schedules(names: Iterable[str] | None = None) -> list[str]:
     ).exclude(name__in=list(declared_schedules()))
     if names is not None:
         candidates = candidates.filter(name__in=list(names))
-    with transaction.atomic():
+    with database.atomic():
         pruned = list(candidates.select_for_update().values_list("name", flat=True))
         Schedule.objects.filter(name__in=pruned).update(
             enabled=False, declared_in_code=False, declared_version=version, updated_at=clock.now()

@@ -15,9 +15,11 @@ import datetime as dt
 import itertools
 import logging
 
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError
 
+from scheduler_app import database
 from scheduler_app.conf import app_settings
+from scheduler_app.database import connection
 from scheduler_app.db import database_now, in_lists
 from scheduler_app.exceptions import SchedulerError, UnknownQueue, UnknownTask, describe
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence
@@ -40,7 +42,7 @@ def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
     """
     now = now or database_now()
     enqueued = 0
-    with transaction.atomic():
+    with database.atomic():
         if connection.vendor == "postgresql":
             from scheduler_app.db.postgresql import try_scheduler_lock
 
@@ -49,7 +51,7 @@ def enqueue_due_occurrences(now: dt.datetime | None = None) -> int:
         busy = _schedules_with_unfinished_runs()
         for schedule in Schedule.objects.due(now).order_by("id"):
             try:
-                with transaction.atomic():
+                with database.atomic():
                     enqueued += _tick(schedule, now, busy)
             except (UnknownTask, UnknownQueue) as exc:
                 _leave_for_a_worker_that_knows(schedule, now, exc)
@@ -283,7 +285,7 @@ def _leave_for_a_worker_that_knows(
 def _record_error(schedule: Schedule, now: dt.datetime, error: str) -> None:
     """Record the occurrence that could not be enqueued and move past it (no retry loop)."""
     schedule.refresh_from_db(fields=["next_run_at"])  # the failed savepoint rolled it back
-    with transaction.atomic():
+    with database.atomic():
         cursor = schedule.next_run_at or now
         try:
             following = (

@@ -12,7 +12,9 @@ A project registers a source in code::
 
 Each value names a field (or lookup, e.g. "profile__tz") of the queryset's
 rows. The freeze copies them into Recipient with one INSERT ... SELECT in
-the database, de-duplicated by recipient key, before anything is sent. The
+the database, de-duplicated by recipient key, before anything is sent (or,
+when the queryset reads another database than the scheduler's tables live on,
+in chunks through this process: see freeze()). The
 context is frozen as JSON, which has no dates or decimals: the freeze records
 their types on the batch and thaw_context() gives them back, to the send and
 to the dry-run alike.
@@ -30,14 +32,16 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 from django.db.models import F, QuerySet, TextField
 from django.db.models.functions import Cast, JSONObject
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime, parse_time
 
+from scheduler_app import database
+from scheduler_app.database import connection
 from scheduler_app.db import backend, stored_time_zone
 from scheduler_app.exceptions import ValidationError
+from scheduler_app.models import Recipient
 from scheduler_app.sends.rendering import RenderError
 
 logger = logging.getLogger("scheduler_app.sends")
@@ -221,7 +225,21 @@ def freeze(batch_id: int, query: AudienceQuery, *, next_attempt_at: Any) -> int:
     recipients gets none. Rows without an address are copied too and skipped
     at send time, so the count says what the query saw.
     The caller records ``query.context_types`` on the batch: thaw_context() needs them.
+
+    An audience on another database than the scheduler's (SCHEDULER_APP['DATABASE']) is
+    read there and written here in chunks, in the caller's transaction: the same rows,
+    through this process instead of inside the database.
     """
+    if query.queryset.db != database.alias():
+        inserted = _copy_across_databases(batch_id, query, next_attempt_at=next_attempt_at)
+        logger.info(
+            "audience frozen batch=%s recipients=%s vendor=%s from=%s",
+            batch_id,
+            inserted,
+            connection.vendor,
+            query.queryset.db,
+        )
+        return inserted
     select_sql, params = query.frozen_rows().order_by().query.sql_with_params()
     inserted = backend().freeze_recipients(
         batch_id=batch_id,
@@ -234,3 +252,38 @@ def freeze(batch_id: int, query: AudienceQuery, *, next_attempt_at: Any) -> int:
         "audience frozen batch=%s recipients=%s vendor=%s", batch_id, inserted, connection.vendor
     )
     return inserted
+
+
+#: Audience rows read and Recipient rows written at once by a freeze across databases.
+COPY_CHUNK = 2000
+
+
+def _copy_across_databases(batch_id: int, query: AudienceQuery, *, next_attempt_at: Any) -> int:
+    """Copy the audience into Recipient rows as FREEZE_RECIPIENTS does (one row per key,
+    sorted by key, nothing if the batch has recipients already), reading it on its own
+    database and writing on the scheduler's; return how many rows."""
+    if Recipient.objects.filter(batch_id=batch_id, is_seed=False).exists():
+        return 0
+    inserted = 0
+    chunk: list[Recipient] = []
+    previous = None
+    for row in query.frozen_rows().order_by("sa_key").iterator(chunk_size=COPY_CHUNK):
+        key = str(row["sa_key"])
+        if key == previous:
+            continue  # the same key again: the first row wins
+        previous = key
+        context = row["sa_context"]
+        chunk.append(
+            Recipient(
+                batch_id=batch_id,
+                recipient_key=key,
+                address=row["sa_address"] or "",
+                timezone=row.get("sa_timezone") or "",
+                context=json.loads(context) if isinstance(context, str) else context,
+                next_attempt_at=next_attempt_at,
+            )
+        )
+        if len(chunk) == COPY_CHUNK:
+            inserted += len(Recipient.objects.bulk_create(chunk))
+            chunk = []
+    return inserted + len(Recipient.objects.bulk_create(chunk))

@@ -35,9 +35,10 @@ import logging
 import uuid
 from collections.abc import Callable
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import InterfaceError, OperationalError
 from django.db.models import F
 
+from scheduler_app.database import connection
 from scheduler_app.exceptions import RetryLater, describe
 from scheduler_app.feedback import suppressions
 from scheduler_app.feedback.unsubscribe import headers as unsubscribe_headers

@@ -15,8 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from django.db import transaction
-
+from scheduler_app import database
 from scheduler_app.db import database_now
 from scheduler_app.models import RateLimit
 from scheduler_app.signals import rate_limit_waited
@@ -28,7 +27,7 @@ MAX_WAIT = 1.0
 def take(key: str, wanted: int) -> tuple[int, float]:
     """Take up to ``wanted`` tokens now; return (granted, seconds until the next token)."""
     now = database_now()
-    with transaction.atomic():
+    with database.atomic():
         bucket = RateLimit.objects.select_for_update().filter(key=key).first()
         if bucket is None or bucket.rate <= 0:
             return wanted, 0.0
@@ -48,7 +47,7 @@ def reserve(key: str, wanted: int = 1) -> float:
     and the rate holds however late a sleeping worker wakes up.
     """
     now = database_now()
-    with transaction.atomic():
+    with database.atomic():
         bucket = RateLimit.objects.select_for_update().filter(key=key).first()
         if bucket is None or bucket.rate <= 0:
             return 0.0
@@ -85,7 +84,7 @@ def is_limited(key: str) -> bool:
 def set_rate(key: str, rate: float, *, burst: float | None = None) -> RateLimit:
     """Create or change a limit; takes effect at the workers' next take()."""
     now = database_now()
-    with transaction.atomic():
+    with database.atomic():
         bucket, created = RateLimit.objects.select_for_update().get_or_create(
             key=key,
             defaults={"rate": rate, "burst": burst or max(1.0, rate), "updated_at": now},

@@ -11,8 +11,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError
 
+from scheduler_app import database
 from scheduler_app.db import database_now
 from scheduler_app.exceptions import SchedulerError, ValidationError
 from scheduler_app.models import Recipient, SendBatch
@@ -25,7 +26,7 @@ logger = logging.getLogger("scheduler_app.sends")
 
 def start_sending(batch_id: int) -> SendBatch | None:
     """Move a scheduled batch to sending, freezing its audience first; return it if sending."""
-    with transaction.atomic():
+    with database.atomic():
         batch = SendBatch.objects.select_for_update().get(pk=batch_id)
         if batch.status == SendBatch.Status.SCHEDULED:
             now = database_now()  # recipients' due times are compared with it
@@ -35,7 +36,7 @@ def start_sending(batch_id: int) -> SendBatch | None:
                 return None
             if batch.frozen_at is None:
                 try:
-                    with transaction.atomic():
+                    with database.atomic():
                         count = freeze_audience(batch, now=now)
                 except (OperationalError, InterfaceError):
                     raise  # the database is away: try again

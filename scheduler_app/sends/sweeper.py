@@ -12,12 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError
 from django.db.models import Count, F, OuterRef, Subquery
 from django.db.models.functions import Coalesce
 
+from scheduler_app import database
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import record
+from scheduler_app.database import connection
 from scheduler_app.db import database_now
 from scheduler_app.models import Job, SendBatch
 from scheduler_app.sends import states
@@ -62,7 +64,7 @@ def revive_stranded_batches() -> list[int]:
 
 def _revive(batch: SendBatch, now: dt.datetime) -> bool:
     """Top ``batch`` up to SEND_LANES lanes unless another sweeper did; True if this one did."""
-    with transaction.atomic():
+    with database.atomic():
         # Lock the batch row so that sweepers never both add lanes. PostgreSQL: skip a
         # row another transaction holds (a lane freezing the audience, another sweeper)
         # rather than wait on it in the worker's loop; SQLite: a no-op UPDATE takes the

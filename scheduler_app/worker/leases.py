@@ -8,10 +8,9 @@ from collections.abc import Iterable
 from functools import reduce
 from operator import or_
 
-from django.db import transaction
 from django.db.models import F, Q
 
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.database_clock import DatabaseNow
 from scheduler_app.models import Job, JobAttempt
 from scheduler_app.signals import job_failed
@@ -42,7 +41,7 @@ def renew(worker_id: str, job_ids: Iterable[int], lease: dt.timedelta) -> int:
     ids = list(job_ids)
     if not ids:
         return 0
-    with transaction.atomic():
+    with database.atomic():
         # Rows the worker's loop holds (it is recording their outcomes) are skipped, not
         # waited for: waiting, in another order than the loop's, could deadlock with it.
         # The next renewal, a third of a lease later, takes whatever is still running.
@@ -92,7 +91,7 @@ def rescue_expired(rescuer_id: str) -> int:
     how many jobs were rescued.
     """
     now = clock.now()
-    with transaction.atomic():
+    with database.atomic():
         expired = list(
             Job.objects.expired_leases()
             .select_for_update(skip_locked=True)

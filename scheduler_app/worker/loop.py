@@ -26,10 +26,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.db.models import F
 
 from scheduler_app.controls import PausedScopes
+from scheduler_app.database import connection
 from scheduler_app.database_clock import DatabaseNow
 from scheduler_app.db import backend
 from scheduler_app.exceptions import SchedulerError, UnknownTask

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.db import DatabaseError, InterfaceError, OperationalError
 
+from scheduler_app import database
 from scheduler_app.db import backend
 from scheduler_app.models import Job, SyncCursor
 from scheduler_app.worker.execution import Finish
@@ -32,7 +33,7 @@ def finish_jobs(finishes: list[Finish], *, worker: str) -> set[tuple[int, int]]:
     ]
     if not proposals:
         return backend().finish_jobs(rows, worker=worker)
-    with transaction.atomic():
+    with database.atomic():
         accepted = backend().finish_jobs(rows, worker=worker)
         SyncCursor.objects.save_proposals(
             (fence[0], p) for fence, p in proposals if fence in accepted

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db import connection
-
 from scheduler_app import clock
+from scheduler_app.database import connection
 
 NOW = "COALESCE({frozen}::timestamptz, statement_timestamp())"
 """The database's clock (see scheduler_app.db.DatabaseNow). ``{frozen}`` is a

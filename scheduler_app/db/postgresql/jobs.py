@@ -8,10 +8,10 @@ import json
 from collections.abc import Sequence
 
 import psycopg
-from django.db import connection
 from psycopg.types.numeric import Int4
 
 from scheduler_app import clock
+from scheduler_app.database import connection
 from scheduler_app.db.postgresql.clock import NOW
 from scheduler_app.db.postgresql.statements import (
     bound_cursor,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from django.db import connection
 from django.db.models import QuerySet
+
+from scheduler_app.database import connection
 
 LATENESS = """
 SELECT task_name, count(*),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.db import connection
+from scheduler_app.database import connection
 
 SCHEDULER_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('scheduler_app.schedules'))"
 """Let one worker at a time enqueue schedule occurrences; released at commit,

@@ -7,10 +7,11 @@ import contextlib
 import datetime as dt
 from collections.abc import Iterator, Sequence
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from psycopg.types.numeric import Int4, Int8
 
 from scheduler_app import clock
+from scheduler_app.database import connection
 from scheduler_app.db.postgresql.clock import NOW
 from scheduler_app.db.postgresql.statements import (
     bound_cursor,

@@ -9,9 +9,11 @@ from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import psycopg
-from django.db import NotSupportedError, connection
+from django.db import NotSupportedError
 from psycopg.pq import TransactionStatus
 from psycopg.types.datetime import TimestamptzLoader
+
+from scheduler_app.database import connection
 
 T = TypeVar("T")
 

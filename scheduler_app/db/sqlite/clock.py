@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db import connection
-
 from scheduler_app import clock
+from scheduler_app.database import connection
 from scheduler_app.db import stored_time_zone
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from django.db import connection, transaction
-
+from scheduler_app import database
+from scheduler_app.database import connection
 from scheduler_app.db.sqlite.clock import parse_datetime, read_now
 from scheduler_app.models import Job, JobAttempt
 
@@ -82,7 +82,7 @@ def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[tuple[int, int]
     token) of each outcome accepted."""
     adapt = connection.ops.adapt_datetimefield_value
     accepted = set()
-    with transaction.atomic(), connection.cursor() as cursor:
+    with database.atomic(), connection.cursor() as cursor:
         for (
             job_id,
             token,
@@ -146,7 +146,7 @@ def finish_and_claim(
     paused_tasks: Sequence[str] = (),
 ) -> tuple[set[tuple[int, int]], list[tuple]]:
     """finish_jobs(rows), then claim_jobs(...), in one transaction; return (accepted, claimed)."""
-    with transaction.atomic():
+    with database.atomic():
         accepted = finish_jobs(rows, worker=worker)
         claimed = claim_jobs(
             worker=worker,
@@ -214,7 +214,7 @@ def start_jobs(
     now = read_now()
     adapt = connection.ops.adapt_datetimefield_value
     rows = []
-    with transaction.atomic(), connection.cursor() as cursor:
+    with database.atomic(), connection.cursor() as cursor:
         for job_id, token in deliveries:
             cursor.execute(START, [worker, adapt(now), adapt(now + lease), job_id, token])
             row = cursor.fetchone()

@@ -7,8 +7,8 @@ import contextlib
 import datetime as dt
 from collections.abc import Iterator, Sequence
 
-from django.db import connection, transaction
-
+from scheduler_app import database
+from scheduler_app.database import connection
 from scheduler_app.db.sqlite.clock import read_now
 
 RECIPIENT = "scheduler_app_recipient"
@@ -117,7 +117,7 @@ def mark_and_begin(
     """Record ``marks``, then charge the attempt about to be made to each of
     ``recipient_ids`` that ``claim`` still owns; return ({recipient id: its attempt},
     statuses marked). One transaction."""
-    with transaction.atomic():
+    with database.atomic():
         kept = mark_recipients(marks, claim=claim, batch_id=batch_id) if marks else []
         attempts = begin_recipients(recipient_ids=recipient_ids, claim=claim, claim_for=claim_for)
     return attempts, kept
@@ -156,7 +156,7 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
     """Record outcome rows and the lane's counters; return the statuses of rows still ours."""
     adapt = connection.ops.adapt_datetimefield_value
     kept = []
-    with transaction.atomic(), connection.cursor() as cursor:
+    with database.atomic(), connection.cursor() as cursor:
         for recipient_id, status, sent_at, message_id, error, next_attempt_at, refund in rows:
             cursor.execute(
                 MARK_RECIPIENT,

@@ -6,8 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from django.db import connection, models
+from django.db import models
 
+from scheduler_app.database import connection
 from scheduler_app.db.job_state import job_state_columns
 from scheduler_app.db.sqlite.clock import parse_datetime, read_now
 from scheduler_app.db.sqlite.jobs import JOB

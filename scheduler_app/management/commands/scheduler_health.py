@@ -15,10 +15,11 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 
 from scheduler_app.alerts.evaluator import evaluate
 from scheduler_app.alerts.notifiers import alert_document
+from scheduler_app.database import connection
 from scheduler_app.db import database_now
 from scheduler_app.management.database import unapplied_migrations
 from scheduler_app.models import Alert
