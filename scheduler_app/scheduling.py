@@ -1,9 +1,20 @@
 """schedule() and schedule_many(): create jobs inside the caller's transaction.
 
-Both write with the caller's database connection, so a job scheduled inside
-``transaction.atomic()`` exists only if that block commits. schedule_many()
-writes inside ``atomic()`` (a savepoint within the caller's transaction), so
-one failing item writes nothing, in a transaction or not.
+Both write on the scheduler's database (SCHEDULER_APP['DATABASE'], "default" unless
+the project gave the scheduler a database of its own), so a job scheduled inside
+``transaction.atomic()`` of that database exists only if that block commits.
+schedule_many() writes inside ``atomic()`` (a savepoint within the caller's
+transaction), so one failing item writes nothing, in a transaction or not.
+
+On a database of its own, a transaction of the business database no longer covers the
+job, unless SCHEDULER_APP['ENQUEUE_ON_COMMIT_OF'] names that database (the outbox
+mode): inside a transaction of it (and outside one of the scheduler's), the jobs are
+checked at once and written by ``transaction.on_commit()`` when it commits; a rollback
+schedules nothing. Until then the returned jobs are unsaved (``pk`` None); the write
+then fills them in, as the stored jobs (the existing ones for matching unique keys). A
+process that dies between that commit and the write loses those jobs; a write that
+fails raises from the block's exit, after the commit, and is logged
+(docs/separate-database.md).
 
 Unique keys: while a job of a task with a given ``unique_key`` is pending or
 running, scheduling the same task and key again creates nothing and returns that job (its
@@ -17,17 +28,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import logging
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.bounds import LARGEST_INTEGER
 from scheduler_app.conf import app_settings
+from scheduler_app.database import connection
 from scheduler_app.db import database_now, in_lists, notify_jobs_scheduled
 from scheduler_app.exceptions import (
     InvalidSchedule,
@@ -36,6 +49,8 @@ from scheduler_app.exceptions import (
 from scheduler_app.models import Job
 from scheduler_app.payloads import check_payload, has_lone_surrogate
 from scheduler_app.registry import TaskSpec, check_queue, get_task
+
+logger = logging.getLogger("scheduler_app.scheduling")
 
 SMALLINT_RANGE = range(-32768, 32768)
 #: Every run time is before this: far enough from datetime.max that no time
@@ -71,6 +86,7 @@ def schedule(
     owner: Any = None,
     payload_version: int | None = None,
     max_attempts: int | None = None,
+    outbox: bool = True,
 ) -> Job:
     """Schedule one job of ``task`` now, ``at`` an aware datetime, or after ``delay``.
 
@@ -81,6 +97,9 @@ def schedule(
     cancel() inside the window always wins. Returns the Job (the existing
     one when ``unique_key`` matches an unfinished job). Raises a
     scheduler_app ValidationError subclass for any invalid argument.
+
+    In the outbox mode (see the module's docstring) the Job is unsaved until the
+    business transaction commits; ``outbox=False`` writes it at once all the same.
     """
     spec = _resolve_task(task)
     # "Now", a delay and an undo window run on the database's clock, as claims and undos do.
@@ -96,7 +115,15 @@ def schedule(
         max_attempts=max_attempts,
     )
     job.undo_deadline = undo_deadline
-    if unique_key is None:
+    if outbox and waits_for_commit():
+        _write_on_commit([job], lambda: [_write_one(job, now=now)])
+        return job
+    return _write_one(job, now=now)
+
+
+def _write_one(job: Job, *, now: dt.datetime) -> Job:
+    """Insert ``job`` (or find the unfinished job of its unique key); return the stored job."""
+    if job.unique_key is None:
         job.save(force_insert=True)
     else:
         job = _insert_unique([job])[0]
@@ -116,6 +143,7 @@ def schedule_many(
     payload_version: int | None = None,
     max_attempts: int | None = None,
     batch_size: int = 1000,
+    outbox: bool = True,
 ) -> list[Job]:
     """Schedule many jobs of ``task`` with a few multi-row INSERTs.
 
@@ -123,7 +151,8 @@ def schedule_many(
     unique key, owner or priority; the keyword arguments are the defaults.
     Items are validated before anything is written, so one bad item
     schedules nothing. Returns the jobs in item order (existing ones for
-    unique keys that matched an unfinished job).
+    unique keys that matched an unfinished job); in the outbox mode, unsaved
+    until the business transaction commits (``outbox=False`` writes at once).
     """
     spec = _resolve_task(task)
     # Items are checked against this host's clock, so that a bad one costs no query; the
@@ -169,17 +198,67 @@ def schedule_many(
             % ", ".join(map(repr, repeated[:5]))
         )
     now = _on_database_clock(jobs, from_now, host_now=now)
+    if outbox and waits_for_commit():
+        _write_on_commit(jobs, lambda: _write_many(jobs, now=now, batch_size=batch_size))
+        return jobs
+    return _write_many(jobs, now=now, batch_size=batch_size)
+
+
+def _write_many(jobs: list[Job], *, now: dt.datetime, batch_size: int) -> list[Job]:
+    """Insert ``jobs`` in one atomic block; return the stored jobs in the same order."""
     # One atomic block (a savepoint inside the caller's transaction): a
     # failing INSERT of the keyed items must not leave the plain ones behind.
-    with transaction.atomic():
+    with database.atomic():
         keyless = Job.objects.bulk_create(
             [job for job in jobs if job.unique_key is None], batch_size=batch_size
         )
         keyed = iter(_insert_unique([job for job in jobs if job.unique_key], batch_size=batch_size))
         plain = iter(keyless)
-        jobs = [next(keyed) if job.unique_key else next(plain) for job in jobs]
-        notify_jobs_scheduled(jobs, now=now)
-    return jobs
+        stored = [next(keyed) if job.unique_key else next(plain) for job in jobs]
+        notify_jobs_scheduled(stored, now=now)
+    return stored
+
+
+def waits_for_commit() -> bool:
+    """Return whether schedule() waits for the business database's commit (the outbox
+    mode): ENQUEUE_ON_COMMIT_OF is set, and the caller is inside a transaction of that
+    database and not inside one of the scheduler's own (whose jobs commit with it)."""
+    business = app_settings.ENQUEUE_ON_COMMIT_OF
+    return (
+        business is not None and database.in_transaction(business) and not database.in_transaction()
+    )
+
+
+def _write_on_commit(jobs: list[Job], write: Callable[[], list[Job]]) -> None:
+    """Run ``write`` once the business database commits, and make ``jobs`` (unsaved) the
+    stored jobs it returns. If the write fails, log it and let it raise from the commit:
+    the business transaction has committed, and those jobs are not scheduled."""
+
+    def enqueue() -> None:
+        try:
+            stored = write()
+        except Exception:
+            logger.exception(
+                "jobs not scheduled after the commit of database=%s task=%s count=%s",
+                app_settings.ENQUEUE_ON_COMMIT_OF,
+                jobs[0].task_name,
+                len(jobs),
+            )
+            raise
+        for job, kept in zip(jobs, stored, strict=True):
+            if kept is not job:
+                _take_over(job, kept)
+
+    transaction.on_commit(enqueue, using=app_settings.ENQUEUE_ON_COMMIT_OF)
+
+
+def _take_over(job: Job, stored: Job) -> None:
+    """Make ``job`` a copy of ``stored``, the unfinished job its unique key matched."""
+    for field in Job._meta.concrete_fields:
+        setattr(job, field.attname, getattr(stored, field.attname))
+    job._state.adding = False
+    job._state.db = stored._state.db
+    job._state.fields_cache.clear()
 
 
 def _on_database_clock(
@@ -347,7 +426,7 @@ def _insert_unique(jobs: Sequence[Job], batch_size: int = 1000) -> list[Job]:
     # SQLite's INSERT OR IGNORE would also swallow NOT NULL and CHECK
     # violations, so insert only the keys that are free; SQLite's single
     # writer makes the look-up and the insert one step inside the savepoint.
-    with transaction.atomic():
+    with database.atomic():
         taken = {job.unique_key for job in _unfinished_with_keys(jobs)}
         Job.objects.bulk_create(
             [job for job in jobs if job.unique_key not in taken], batch_size=batch_size

@@ -3,8 +3,8 @@
 ``TASKS = {"default": {"BACKEND": "scheduler_app.tasks_backend.SchedulerBackend"}}``
 makes ``@task`` functions (``django.tasks`` on Django 6, the ``django_tasks``
 backport on 5.2) enqueue jobs. Each enqueued Task becomes one job of the runner
-task ``scheduler_app.django_task``, written by schedule() on the caller's
-connection, so it commits or rolls back with the caller's transaction. The
+task ``scheduler_app.django_task``, written by schedule() on the scheduler's
+database, so it commits or rolls back with the caller's transaction there. The
 job's payload names the Task by module path and holds its JSON arguments;
 get_result() reads the job and its attempt history back as a TaskResult.
 
@@ -114,8 +114,15 @@ class SchedulerBackend(BaseTaskBackend):
         )
         if run_after is not None and timezone.is_naive(run_after):
             run_after = timezone.make_aware(run_after)  # USE_TZ = False
+        # The result needs the job's id now: never wait for a business commit (the outbox
+        # mode); Django's own advice, transaction.on_commit(task.enqueue), does that.
         job = schedule(
-            RUNNER_TASK, payload, at=run_after, queue=task.queue_name, priority=-task.priority
+            RUNNER_TASK,
+            payload,
+            at=run_after,
+            queue=task.queue_name,
+            priority=-task.priority,
+            outbox=False,
         )
         result = _result(job, task, attempts=[])
         task_enqueued.send(type(self), task_result=result)

@@ -58,6 +58,7 @@ class MessageViewSet(SchedulerViewSet):
             html=data["html"],
             undo_window=dt.timedelta(seconds=data["undo_seconds"]),
             owner=request.user,
+            outbox=False,  # the answer gives the job's id: never wait for a business commit
         )
         return Response(
             {

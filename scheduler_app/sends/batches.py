@@ -14,11 +14,10 @@ import logging
 import uuid
 from typing import Any
 
-from django.db import transaction
 from django.db.models import CharField, F, Q, QuerySet, Value
 from django.db.models.functions import Cast, Concat
 
-from scheduler_app import clock
+from scheduler_app import clock, database
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user, paused_scopes, record
 from scheduler_app.database_clock import DatabaseNow
@@ -184,7 +183,7 @@ def schedule_batch(batch: SendBatch, *, by: Any = None, relax: tuple[str, ...] =
     now = database_now()  # the clock the lanes' claim and the undo compare against
     start = planned_start(batch, now)
     window_ends = now + batch.undo_window
-    with transaction.atomic():
+    with database.atomic():
         if not SendBatch.objects.filter(pk=batch.pk, status=Status.DRAFT).update(
             status=Status.SCHEDULED,
             undo_deadline=window_ends if batch.undo_window else None,
@@ -231,7 +230,7 @@ def pause_batch(batch_id: int, *, by: Any = None, reason: str) -> bool:
 
 def resume_batch(batch_id: int, *, by: Any = None) -> bool:
     """Resume a paused batch exactly where it stopped (sent markers are kept)."""
-    with transaction.atomic():
+    with database.atomic():
         batch = SendBatch.objects.select_for_update().get(pk=batch_id)
         target = Status.SENDING if batch.started_at else Status.SCHEDULED
         # Resuming a batch the stale-send guard paused means "send it anyway".
@@ -357,7 +356,7 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
     for address in batch.seed_list:
         # With the batch locked, so that retention marking its contexts blanked sees this
         # seed or is seen by it (retention._mark_blanked_batches).
-        with transaction.atomic():
+        with database.atomic():
             SendBatch.objects.select_for_update().filter(pk=batch.pk).exists()
             marker, created = Recipient.objects.get_or_create(
                 batch=batch,
@@ -436,6 +435,7 @@ def send_message(
     owner: Any = None,
     provider: str = "email",
     unsubscribe_scope: str | None = None,
+    outbox: bool = True,
 ) -> Job:
     """Send one email through the worker, after an undo window if given ("undo send").
 
@@ -444,7 +444,7 @@ def send_message(
     An address on the suppression list (all mail, or ``unsubscribe_scope``) is
     skipped. With ``unsubscribe_scope`` ('' for all mail, or a list name), the
     message carries one-click List-Unsubscribe headers for that scope;
-    transactional messages leave it None and carry none.
+    transactional messages leave it None and carry none. ``outbox`` as for schedule().
     """
     get_provider(provider)  # fail now on an unknown provider, not in the worker
     payload = {"to": to, "subject": subject, "text": text, "html": html, "provider": provider}
@@ -460,6 +460,7 @@ def send_message(
         undo_window=undo_window,
         owner=owner,
         queue=app_settings.SEND_QUEUE,
+        outbox=outbox,
     )
 
 
