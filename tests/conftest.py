@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 #: Folders whose tests depend on the database vendor but not on Django's version: real
@@ -12,6 +13,10 @@ VERSION_FREE = ("processes", "sends_processes", "celery")
 #: Folders whose tests depend on Django's version but not on the database vendor: the
 #: admin in a real browser (see REPEAT).
 VENDOR_FREE = ("browser",)
+
+#: Folders whose tests need scheduler_app's tables on a database of their own, which only
+#: SCHEDULER_TEST_SEPARATE_DATABASE=1 sets up (tests/settings.py; .ci/run's own step).
+SEPARATE_DATABASE = ("separate_database",)
 
 #: SCHEDULER_TESTS_REPEAT names what a repeat run of the suite is for: "vendor" (CI's
 #: SQLite run) skips what cannot depend on the database vendor, "version" (CI's Django 6
@@ -38,7 +43,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.version_free)
         if folder in VENDOR_FREE or not uses_the_database(item):
             item.add_marker(pytest.mark.vendor_free)
-        if connection.vendor != "postgresql" and "postgres_only" in item.keywords:
+        if folder in SEPARATE_DATABASE and "scheduler" not in settings.DATABASES:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="runs with SCHEDULER_TEST_SEPARATE_DATABASE=1 (its own step in .ci/run)"
+                )
+            )
+        elif connection.vendor != "postgresql" and "postgres_only" in item.keywords:
             item.add_marker(
                 pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL=postgres://...)")
             )

@@ -146,3 +146,26 @@ if env.float("SCHEDULER_TEST_CLOCK_SKEW", 0.0):
     from tests.skewed_clock import skew_clock
 
     skew_clock(env.float("SCHEDULER_TEST_CLOCK_SKEW"))
+
+# tests/separate_database: scheduler_app's tables on a database of their own, a second one
+# on the same PostgreSQL server (docs/separate-database.md); .ci/run runs that folder with
+# SCHEDULER_TEST_SEPARATE_DATABASE=1. SCHEDULER_TEST_SCHEDULER_DATABASE_NAME names the
+# second database (worker subprocesses get the test database's name).
+if env.bool("SCHEDULER_TEST_SEPARATE_DATABASE", False):
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        from django.core.exceptions import ImproperlyConfigured
+
+        raise ImproperlyConfigured(
+            "SCHEDULER_TEST_SEPARATE_DATABASE needs a PostgreSQL DATABASE_URL."
+        )
+    DATABASES["scheduler"] = {
+        **DATABASES["default"],
+        "NAME": env.str(
+            "SCHEDULER_TEST_SCHEDULER_DATABASE_NAME", "%s_scheduler" % DATABASES["default"]["NAME"]
+        ),
+    }
+    DATABASE_ROUTERS = [
+        "tests.routers.UsersWithTheScheduler",
+        "scheduler_app.routers.SchedulerRouter",
+    ]
+    SCHEDULER_APP["DATABASE"] = "scheduler"

@@ -1,0 +1,151 @@
+"""scheduler_app's tables on a database of their own: "scheduler", a second database on the
+same PostgreSQL server, beside the business tables (tests.testapp) on "default", with
+SchedulerRouter (tests/settings.py with SCHEDULER_TEST_SEPARATE_DATABASE=1; see
+docs/separate-database.md). The user model lives with the scheduler (check E122)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connections, transaction
+from django.test import override_settings
+
+from scheduler_app import CancelOutcome, cancel, schedule, schedule_many
+from scheduler_app.models import Job, SendBatch
+from tests.helpers import wait_until
+from tests.processes.conftest import start_worker  # noqa: F401  (a fixture)
+from tests.sends_processes.conftest import calls_by_key, expected_keys, make_batch
+from tests.testapp.models import Customer, Run
+
+pytestmark = pytest.mark.django_db(transaction=True, databases={"default", "scheduler"})
+
+Status = Job.Status
+OUTBOX = {**settings.SCHEDULER_APP, "ENQUEUE_ON_COMMIT_OF": "default"}
+
+
+class Rollback(Exception):
+    """Raised to roll a business transaction back."""
+
+
+def tables(alias: str) -> set[str]:
+    return set(connections[alias].introspection.table_names())
+
+
+def worker_env() -> dict[str, str]:
+    """What a runworker subprocess needs to find the second test database."""
+    return {
+        "SCHEDULER_TEST_SCHEDULER_DATABASE_NAME": connections["scheduler"].settings_dict["NAME"]
+    }
+
+
+def test_migrate_creates_the_scheduler_tables_on_its_database_only():
+    scheduler, default = tables("scheduler"), tables("default")
+    assert {"scheduler_app_job", "scheduler_app_recipient", "auth_user"} <= scheduler
+    assert not {table for table in default if table.startswith("scheduler_app_")}
+    assert "testapp_customer" in default and "testapp_customer" not in scheduler
+
+
+def test_a_worker_runs_each_job_once_with_the_tables_on_their_own_database(start_worker):  # noqa: F811
+    """Jobs written on "scheduler", run by a real runworker whose handlers write on "default"."""
+    jobs = schedule_many("tests.record", [{}] * 30)
+    assert {job._state.db for job in jobs} == {"scheduler"}
+    worker = start_worker("--concurrency", "4", env=worker_env())
+    wait_until(
+        lambda: Job.objects.filter(status=Status.SUCCEEDED).count() == 30,
+        timeout=30,
+        message="every job to succeed\n%s" % worker.output,
+    )
+    assert Counter(Run.objects.values_list("job_id", flat=True)) == {job.pk: 1 for job in jobs}
+
+
+def test_a_send_to_a_business_audience_completes_once_per_recipient(start_worker):  # noqa: F811
+    """The audience (customers, on "default") is frozen into Recipient rows on "scheduler"
+    across the two databases, and every recipient gets exactly one provider call."""
+    batch = make_batch(40)
+    assert batch._state.db == "scheduler"
+    start_worker("--concurrency", "4", env=worker_env())
+    wait_until(
+        lambda: SendBatch.objects.get(pk=batch.pk).status == SendBatch.Status.COMPLETED,
+        timeout=30,
+        message="the batch to complete",
+    )
+    batch.refresh_from_db()
+    assert (batch.total, batch.sent) == (40, 40)
+    assert calls_by_key(batch) == Counter(dict.fromkeys(expected_keys(batch), 1))
+
+
+def test_cancel_answers_on_the_scheduler_database():
+    job = schedule("tests.record", undo_window=60)
+    assert cancel(job.pk) == CancelOutcome.CANCELLED
+    assert cancel(job.pk) == CancelOutcome.ALREADY_CANCELLED
+    assert Job.objects.get(pk=job.pk).status == Status.CANCELLED
+
+
+def test_the_admin_lists_and_the_api_cancels_jobs_on_the_scheduler_database(client):
+    """The admin (its log and the user's session reach both databases) and the API."""
+    user = get_user_model().objects.create_superuser("ops", "ops@example.com", "pw")
+    job = schedule("tests.record", delay=3600, owner=user)
+    client.force_login(user)
+    page = client.get("/admin/scheduler_app/job/")
+    assert page.status_code == 200
+    assert "/admin/scheduler_app/job/%s/change/" % job.pk in page.content.decode()
+    answer = client.post("/api/jobs/%s/cancel/" % job.pk)
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["outcome"] == "cancelled"
+    assert Job.objects.get(pk=job.pk).cancelled_by == user
+
+
+def test_without_the_outbox_a_job_outlives_the_business_transaction_that_rolls_back():
+    """The cost of a database of its own, which check W120 states: schedule() writes at once
+    on "scheduler", so a rollback on "default" leaves the job scheduled."""
+    with pytest.raises(Rollback), transaction.atomic():
+        Customer.objects.create(email="ada@example.com")
+        job = schedule("tests.record")
+        assert job.pk is not None
+        raise Rollback
+    assert not Customer.objects.exists()
+    assert Job.objects.filter(pk=job.pk, status=Status.PENDING).exists()
+
+
+@override_settings(SCHEDULER_APP=OUTBOX)
+def test_outbox_a_business_transaction_that_rolls_back_schedules_nothing():
+    with pytest.raises(Rollback), transaction.atomic():
+        Customer.objects.create(email="ada@example.com")
+        job = schedule("tests.record")
+        jobs = schedule_many("tests.record", [{}, {}])
+        assert [job.pk, *(j.pk for j in jobs)] == [None, None, None]
+        raise Rollback
+    assert not Job.objects.exists()
+    assert job.pk is None
+
+
+@override_settings(SCHEDULER_APP=OUTBOX)
+def test_outbox_a_business_transaction_that_commits_schedules_its_jobs_once():
+    """The jobs are written when "default" commits, and the returned objects become the
+    stored jobs: new ones, or the unfinished job a unique key matches."""
+    existing = schedule("tests.record", delay=3600, unique_key="daily")  # no transaction: now
+    with transaction.atomic():
+        Customer.objects.create(email="ada@example.com")
+        job = schedule("tests.record")
+        again = schedule("tests.record", delay=60, unique_key="daily")
+        jobs = schedule_many("tests.record", [{"n": 1}, {"n": 2}])
+        assert Job.objects.count() == 1  # nothing written before the commit
+        assert [job.pk, again.pk, *(j.pk for j in jobs)] == [None] * 4
+    assert Job.objects.count() == 4
+    assert again.pk == existing.pk and again.run_at == existing.run_at
+    stored = Job.objects.in_bulk([job.pk, *(j.pk for j in jobs)])
+    assert len(stored) == 3 and all(j._state.db == "scheduler" for j in [job, again, *jobs])
+    assert sorted(j.payload.get("n", 0) for j in stored.values()) == [0, 1, 2]
+
+
+@override_settings(SCHEDULER_APP=OUTBOX)
+def test_outbox_inside_a_transaction_of_the_scheduler_database_writes_in_it():
+    """A block that is atomic on the scheduler's database too (as the scheduler's own
+    writes are) gets its jobs there at once, committed with it."""
+    with transaction.atomic(), transaction.atomic(using="scheduler"):
+        job = schedule("tests.record")
+        assert job.pk is not None
+    assert Job.objects.filter(pk=job.pk).exists()
