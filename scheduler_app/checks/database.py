@@ -1,4 +1,5 @@
-"""The database connection: no transaction-pooling connection pooler (E080)."""
+"""The database connection: no transaction-pooling connection pooler (E080), and where
+workers LISTEN (E081)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import Error, Tags, register
+
+from scheduler_app.conf import app_settings
 
 
 @register(Tags.database)
@@ -27,5 +30,25 @@ def check_no_transaction_pooling(
             hint="Connect to PostgreSQL directly or through session pooling "
             "(pool_mode=session); see docs/performance.md.",
             id="scheduler_app.E080",
+        )
+    ]
+
+
+@register(Tags.compatibility)
+def check_listen_database(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """LISTEN_DATABASE: None, "" or the alias of a PostgreSQL database (E081)."""
+    alias = app_settings.LISTEN_DATABASE
+    if alias is None or alias == "":
+        return []
+    database = settings.DATABASES.get(alias) if isinstance(alias, str) else None
+    if database is not None and "postgresql" in database.get("ENGINE", ""):
+        return []
+    return [
+        Error(
+            "SCHEDULER_APP['LISTEN_DATABASE'] must be None, \"\" or the alias of a PostgreSQL "
+            "database in DATABASES, not %r." % (alias,),
+            hint='None LISTENs on the default database; "" makes workers poll every '
+            "POLL_INTERVAL instead (docs/performance.md).",
+            id="scheduler_app.E081",
         )
     ]
