@@ -58,6 +58,12 @@ class Handler:
             return "550 5.1.1 No such user"
         if address.startswith("busy@"):
             return "451 4.3.0 Mailbox busy, try again later"
+        if address.startswith("rated@"):
+            return "421 4.7.0 Too many messages from your IP, closing connection"
+        if address.startswith("hourly@"):
+            return "451 4.7.1 Recipient rate limit exceeded, try again later"
+        if address.startswith("closing@"):
+            return "421 Service not available, closing transmission channel"
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
@@ -261,6 +267,30 @@ def test_a_throttling_answer_at_mail_or_data_is_slow_down_not_the_recipients_fau
 
     assert str(raised.value) == "The SMTP server asks us to slow down: %s" % reply
     assert raised.value.delay == THROTTLED_DELAY
+
+
+@pytest.mark.parametrize(
+    ("address", "reply"),
+    [
+        ("rated@example.com", "421 4.7.0 Too many messages from your IP, closing connection"),
+        ("hourly@example.com", "451 4.7.1 Recipient rate limit exceeded, try again later"),
+        ("closing@example.com", "421 Service not available, closing transmission channel"),
+    ],
+)
+def test_a_throttling_answer_at_rcpt_is_slow_down_not_the_recipients_fault(
+    smtp_server, address, reply
+):
+    """421 (the server closes the session), or 4xx X.7.x (a policy such as a rate), at RCPT:
+    the server paces us, as at MAIL FROM or DATA. It was a transient failure charged to the
+    recipient: five throttles failed it for good."""
+    handler, port = smtp_server
+
+    with pytest.raises(SlowDown) as raised:
+        send(port, address)
+
+    assert str(raised.value) == "The SMTP server asks us to slow down: %s" % reply
+    assert raised.value.delay == THROTTLED_DELAY
+    assert handler.accepted == []
 
 
 def test_no_server_listening_is_slow_down_not_the_recipients_fault():

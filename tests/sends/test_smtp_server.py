@@ -267,10 +267,10 @@ def statuses(batch: SendBatch) -> dict[str, str]:
         ),
         ("rcpt", "501 5.5.2 Syntax error", RefusedAtRcpt, "us (not the recipient ann@example.com)"),
         ("data", "554 5.7.1 Message rejected as spam", SenderRefused, "the message"),
-        # 4xx stays transient; no enhanced code (or another subject): by stage, as before.
+        # 4xx X.3.x stays transient; no enhanced code (or another subject): by stage.
         (
             "rcpt",
-            "451 4.7.1 Greylisted, try again",
+            "451 4.3.2 System not accepting network messages",
             TransientSendError,
             "the recipient ann@example.com for now",
         ),
@@ -343,6 +343,47 @@ def test_one_full_mailbox_refused_at_data_fails_that_recipient_and_the_batch_goe
         "PermanentSendError: The SMTP server refused the recipient full@example.com: "
         "552 5.2.2 Mailbox full, quota exceeded"
     )
+
+
+class ThrottlesOnce:
+    """Answers the first RCPT of each address in ``addresses`` with ``reply``; accepts the rest."""
+
+    def __init__(self, reply: str, addresses: set[str]) -> None:
+        self.reply = reply
+        self.addresses = set(addresses)
+        self.accepted: list[str] = []
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address in self.addresses:
+            self.addresses.discard(address)
+            return self.reply
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server, session, envelope):
+        self.accepted.extend(envelope.rcpt_tos)
+        return "250 OK"
+
+
+@pytest.mark.django_db
+def test_a_421_at_rcpt_slows_the_lane_and_costs_the_recipient_no_attempt(
+    customer, make_batch, server_factory
+):
+    """A 421 at RCPT is the server pacing us: the recipient goes back without using an
+    attempt, the lane sits the pause out and sends it again in the same run. Before, it was
+    a transient failure of the recipient (an attempt, a backoff of up to 30 s)."""
+    handler = ThrottlesOnce("421 4.7.0 Too many messages, closing connection", {"ann@example.com"})
+    port = server_factory(handler)
+    customer("ann@example.com", "Ann")
+    customer("bob@example.com", "Bob")
+    batch = make_batch(provider="email", rate_limit_key="email", breaker_window=1)
+
+    runs = run_batch(batch, port)
+
+    assert runs == [("completed", "")]
+    assert sorted(handler.accepted) == ["ann@example.com", "bob@example.com"]
+    ann = recipient(batch, "ann@example.com")
+    assert (ann.status, ann.attempts) == ("sent", 1)
 
 
 def recipient_error(batch: SendBatch, address: str) -> str:

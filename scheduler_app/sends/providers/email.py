@@ -60,13 +60,13 @@ class DjangoEmailProvider:
     Whose fault a refusal is decides what happens next: an address Django
     cannot build a message for, or 5xx on RCPT, is permanent for that
     recipient; 5xx on AUTH, MAIL FROM or DATA is SenderRefused (ours, not
-    the recipient's); 421, and 4xx X.7.x (policy, e.g. a rate) at MAIL FROM or
-    DATA, are SlowDown (the server paces us: the lane's window shrinks); other
-    4xx, timeouts and dropped connections are transient; a server that cannot
-    be reached (nothing was sent) is SlowDown. An RFC 3463
-    enhanced code overrides the stage (one recipient per transaction): X.1/X.2
-    (address, mailbox) at RCPT or DATA is the recipient's, 5xx X.3/X.5/X.7
-    (system, protocol, policy) at RCPT is ours.
+    the recipient's); 421, and 4xx X.7.x (policy, e.g. a rate), at RCPT, MAIL
+    FROM or DATA, are SlowDown (the server paces us: the lane's window shrinks,
+    nobody is charged); other 4xx, timeouts and dropped connections are
+    transient; a server that cannot be reached (nothing was sent) is SlowDown.
+    An RFC 3463 enhanced code overrides the stage (one recipient per
+    transaction): X.1/X.2 (address, mailbox) at RCPT or DATA is the
+    recipient's, 5xx X.3/X.5/X.7 (system, protocol, policy) at RCPT is ours.
     """
 
     def __init__(self) -> None:
@@ -216,10 +216,24 @@ def _subject(reply: str) -> str:
     return match.group(1) if match else ""
 
 
+def _throttles(code: int, reply: str) -> bool:
+    """Return True if the reply is the server pacing us: 421 (it closes the session), or 4xx
+    X.7.x (a policy such as a rate), whatever command it answered."""
+    return code == 421 or (400 <= code < 500 and _subject(reply) == "7")
+
+
+def _slow_down(code: int, reply: str) -> SlowDown:
+    """Return the error for a throttling answer: nobody's fault, nothing was sent."""
+    return SlowDown(THROTTLED_DELAY, "The SMTP server asks us to slow down: %s %s" % (code, reply))
+
+
 def _recipients_refused(exc: smtplib.SMTPRecipientsRefused) -> SendError:
-    """Return the error for a refused RCPT: the recipient's, unless a 5xx says it is ours."""
+    """Return the error for a refused RCPT: the recipient's, unless a 5xx says it is ours or
+    the server paces us."""
     address, (code, text) = next(iter(exc.recipients.items()))
     reply = _text(text)
+    if _throttles(code, reply):
+        return _slow_down(code, reply)
     if code >= 500 and _subject(reply) in OUR_SUBJECTS:  # e.g. 554 5.7.1 Relay access denied
         return RefusedAtRcpt(
             "The SMTP server refused us (not the recipient %s): %s %s" % (address, code, reply)
@@ -242,15 +256,10 @@ def _refused(exc: smtplib.SMTPResponseException, address: str) -> SendError:
     """Return the error for a refusal of AUTH, MAIL FROM or DATA: ours, unless the reply
     to DATA is about the recipient's address or mailbox (e.g. 552 5.2.2 Mailbox full)."""
     reply = _text(exc.smtp_error)
+    if _throttles(exc.smtp_code, reply):
+        return _slow_down(exc.smtp_code, reply)
     if isinstance(exc, smtplib.SMTPDataError) and _subject(reply) in RECIPIENT_SUBJECTS:
         return _recipient_refused(address, exc.smtp_code, reply)
-    if exc.smtp_code == 421 or (400 <= exc.smtp_code < 500 and _subject(reply) == "7"):
-        # The server paces us (421 closes the session; 4xx X.7.x is a policy such as a
-        # rate): nobody's fault, nothing was sent, the lane slows down.
-        return SlowDown(
-            THROTTLED_DELAY,
-            "The SMTP server asks us to slow down: %s %s" % (exc.smtp_code, reply),
-        )
     if isinstance(exc, smtplib.SMTPAuthenticationError):
         what = "our credentials"
     elif isinstance(exc, smtplib.SMTPSenderRefused):
