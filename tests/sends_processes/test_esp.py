@@ -95,8 +95,8 @@ def test_throttled_recipients_are_never_charged_refused_ones_fail_once_a_bad_key
         assert all(esp.seen[address] == 2 for address in throttled)
         assert (esp.seen["broken@example.com"], esp.seen["down@example.com"]) == (2, max_attempts)
         assert Recipient.objects.get(batch=batch, address="down@example.com").last_error == (
-            "TransientSendError: The ESP failed (HTTP 500): "
-            "Postmark API response 500 (Internal Server Error):"
+            "TransientSendError: The ESP failed (HTTP 500): Postmark API response 500 "
+            '(Internal Server Error): { "ErrorCode": 500, "Message": "Internal error" }'
         )
 
         keyless = esp_batch("keys", ["badkey%s@example.com" % n for n in range(3)])

@@ -29,7 +29,8 @@ except ImportError:  # django-anymail is optional
 
 #: How long a lane pauses after a 429 that says nothing of when to come back.
 THROTTLED_DELAY = dt.timedelta(seconds=1)
-#: The most of an ESP's error text kept on a recipient (anymail adds the whole response).
+#: The most of an ESP's error text kept on a recipient or a pause's reason (anymail adds
+#: the whole response).
 ERROR_TEXT = 300
 
 
@@ -80,5 +81,8 @@ def _retry_after(exc: BaseException) -> dt.timedelta:
 
 
 def _text(exc: BaseException) -> str:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return first[:ERROR_TEXT]
+    """Return anymail's text of ``exc`` on one line, cut at ERROR_TEXT: its first line says
+    only the status ("Postmark API response 403 (Forbidden):"); the ESP's answer, which
+    says why, follows on the next lines."""
+    text = " ".join(str(exc).split())
+    return (text or type(exc).__name__)[:ERROR_TEXT]
