@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.providers import (
-    PermanentSendError,
+    RecipientRefused,
     SenderRefused,
     SlowDown,
     TransientSendError,
@@ -96,7 +96,7 @@ def test_an_accepted_message_returns_the_esps_message_id(esp):
         ),
         (
             "refused@example.com",
-            PermanentSendError,
+            RecipientRefused,
             "The ESP refused the recipient refused@example.com: ",
         ),
         ("broken@example.com", TransientSendError, "The ESP failed (HTTP 500): "),
@@ -117,10 +117,10 @@ def test_each_esp_answer_means_what_the_provider_meant(esp, to, expected, text):
 def test_an_address_anymail_cannot_encode_is_permanent_and_never_reaches_the_esp(esp):
     """``☃.com`` passes Django's validator (IDNA 2003) but not anymail's IDNA 2008 encoder:
     AnymailInvalidAddress (a ValueError) before any call, that recipient's for good."""
-    with pytest.raises(PermanentSendError) as raised:
+    with pytest.raises(RecipientRefused) as raised:
         send(esp, "ann@☃.com")
 
-    assert type(raised.value) is PermanentSendError
+    assert type(raised.value) is RecipientRefused
     assert str(raised.value).startswith(
         "The ESP refused the recipient ann@☃.com: Cannot encode '☃.com' using "
         "IDNA_ENCODER='idna2008'"
@@ -160,6 +160,21 @@ def test_an_invalid_address_fails_once_and_the_batch_completes(esp, customer, ma
 
     assert markers(batch) == {"ann@☃.com": ("failed", 1), "ok@example.com": ("sent", 1)}
     assert esp.answers == [("ok@example.com", 200)]
+
+
+@pytest.mark.django_db
+def test_a_recipient_the_esp_refuses_fails_once_without_feeding_the_breaker(
+    esp, customer, make_batch
+):
+    """The ESP refusing one address (on its suppression list) says nothing of the ESP: with a
+    breaker that trips at the first counted failure, the batch still completes. It tripped."""
+    customer("refused@example.com")
+    customer("ok@example.com")
+    batch = make_batch(provider="email", rate_limit_key="email", breaker_window=1)
+
+    assert run_batch(esp, batch) == (SendBatch.Status.COMPLETED, "")
+
+    assert markers(batch) == {"refused@example.com": ("failed", 1), "ok@example.com": ("sent", 1)}
 
 
 def test_a_backend_without_metadata_sends_without_it(esp):

@@ -23,6 +23,7 @@ from django.test import override_settings
 
 from scheduler_app.sends.providers import (
     PermanentSendError,
+    RecipientRefused,
     SenderRefused,
     SlowDown,
     TransientSendError,
@@ -157,7 +158,7 @@ def test_550_on_rcpt_is_permanent_for_that_recipient(smtp_server):
     with pytest.raises(PermanentSendError) as raised:
         send(port, "gone@example.com")
 
-    assert type(raised.value) is PermanentSendError
+    assert type(raised.value) is RecipientRefused
     assert str(raised.value) == (
         "The SMTP server refused the recipient gone@example.com: 550 5.1.1 No such user"
     )
@@ -187,7 +188,7 @@ def test_an_address_that_cannot_be_valid_is_permanent_and_never_reaches_the_serv
 ):
     handler, port = smtp_server
 
-    with pytest.raises(PermanentSendError) as raised:
+    with pytest.raises(RecipientRefused) as raised:
         send(port, address)
 
     assert str(raised.value) == "The address %r is not a valid email address." % address

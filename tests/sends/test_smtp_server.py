@@ -31,6 +31,7 @@ from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.batches import resume_batch
 from scheduler_app.sends.providers import (
     PermanentSendError,
+    RecipientRefused,
     RefusedAtRcpt,
     SenderRefused,
     SendError,
@@ -237,9 +238,9 @@ def statuses(batch: SendBatch) -> dict[str, str]:
     ("stage", "reply", "expected", "refused"),
     [
         # X.1 addressing, X.2 mailbox: the recipient's status, at RCPT or at DATA.
-        ("rcpt", "550 5.1.1 No such user", PermanentSendError, "the recipient ann@example.com"),
-        ("data", "552 5.2.2 Mailbox full", PermanentSendError, "the recipient ann@example.com"),
-        ("data", "550 5.1.1 No such user", PermanentSendError, "the recipient ann@example.com"),
+        ("rcpt", "550 5.1.1 No such user", RecipientRefused, "the recipient ann@example.com"),
+        ("data", "552 5.2.2 Mailbox full", RecipientRefused, "the recipient ann@example.com"),
+        ("data", "550 5.1.1 No such user", RecipientRefused, "the recipient ann@example.com"),
         (
             "rcpt",
             "452 4.2.2 Mailbox full",
@@ -266,6 +267,19 @@ def statuses(batch: SendBatch) -> dict[str, str]:
             "us (not the recipient ann@example.com)",
         ),
         ("rcpt", "501 5.5.2 Syntax error", RefusedAtRcpt, "us (not the recipient ann@example.com)"),
+        # X.1.7, X.1.8: our sender's address (Postfix answers its sender checks at RCPT).
+        (
+            "rcpt",
+            "553 5.1.8 <news@example.com>: Sender address rejected: Domain not found",
+            RefusedAtRcpt,
+            "us (not the recipient ann@example.com)",
+        ),
+        (
+            "data",
+            "553 5.1.7 Bad sender's mailbox address syntax",
+            SenderRefused,
+            "the message",
+        ),
         ("data", "554 5.7.1 Message rejected as spam", SenderRefused, "the message"),
         # 4xx X.3.x stays transient; no enhanced code (or another subject): by stage.
         (
@@ -340,7 +354,7 @@ def test_one_full_mailbox_refused_at_data_fails_that_recipient_and_the_batch_goe
     assert handler.accepted == ["bob@example.com"]
     assert statuses(batch) == {"full@example.com": "failed", "bob@example.com": "sent"}
     assert recipient_error(batch, "full@example.com") == (
-        "PermanentSendError: The SMTP server refused the recipient full@example.com: "
+        "RecipientRefused: The SMTP server refused the recipient full@example.com: "
         "552 5.2.2 Mailbox full, quota exceeded"
     )
 
@@ -384,6 +398,32 @@ def test_a_421_at_rcpt_slows_the_lane_and_costs_the_recipient_no_attempt(
     assert sorted(handler.accepted) == ["ann@example.com", "bob@example.com"]
     ann = recipient(batch, "ann@example.com")
     assert (ann.status, ann.attempts) == ("sent", 1)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("reply", "run"),
+    [
+        # The recipient's own address or mailbox: no sign the server fails.
+        ("550 5.1.1 No such user", ("completed", "")),
+        # Routing (X.4.x) may be the server's: it counts.
+        (
+            "550 5.4.4 Unable to route",
+            ("paused", "Automatic breaker: 1 of the last 1 attempts failed (threshold 50%)."),
+        ),
+    ],
+)
+def test_only_a_refusal_of_the_address_itself_stays_out_of_the_breaker(
+    customer, make_batch, server_factory, reply, run
+):
+    port = server_factory(Refuses(rcpt={"gone@example.com": reply}))
+    customer("gone@example.com")
+    customer("bob@example.com")
+    batch = make_batch(provider="email", rate_limit_key="email", breaker_window=1)
+
+    assert run_batch(batch, port) == [run]
+
+    assert recipient(batch, "gone@example.com").status == "failed"
 
 
 def recipient_error(batch: SendBatch, address: str) -> str:

@@ -4,8 +4,9 @@ django-anymail turns an ESP's HTTP answers into its own exceptions, whose base
 classes say nothing of whose fault they are (``AnymailRequestsAPIError`` is an
 ``OSError``, ``AnymailInvalidAddress`` a ``ValueError``). The email provider
 asks this module first: 429 slows the lane down (nobody is charged), 401/403
-are ours (the batch pauses), a refused or invalid recipient and other 4xx
-answers are that recipient's for good, 5xx and network errors may pass.
+are ours (the batch pauses), a refused or invalid recipient is that recipient's
+for good (RecipientRefused: the breaker does not count it), other 4xx answers
+fail that recipient for good, 5xx and network errors may pass.
 Without django-anymail installed, nothing here applies.
 """
 
@@ -16,6 +17,7 @@ import datetime as dt
 from scheduler_app.exceptions import parse_retry_after
 from scheduler_app.sends.providers import (
     PermanentSendError,
+    RecipientRefused,
     SenderRefused,
     SendError,
     SlowDown,
@@ -41,7 +43,7 @@ def esp_error(exc: BaseException, address: str) -> SendError | None:
         return None
     text = _text(exc)
     if isinstance(exc, anymail.AnymailRecipientsRefused | anymail.AnymailInvalidAddress):
-        return PermanentSendError("The ESP refused the recipient %s: %s" % (address, text))
+        return RecipientRefused("The ESP refused the recipient %s: %s" % (address, text))
     if not isinstance(exc, anymail.AnymailAPIError):
         return None  # configuration, serialisation: not an answer of the ESP
     status = getattr(exc, "status_code", None)
