@@ -663,3 +663,41 @@ def test_one_recipient_blocked_by_policy_at_rcpt_pauses_once_then_fails_alone(
     assert recipient(batch, "blocked@example.com").last_error == (
         "The SMTP server refused us (not the recipient blocked@example.com): %s" % blocked
     )
+
+
+class RefusesFirst(Refuses):
+    """Refuses as Refuses does, and holds each accepted DATA a moment: a refusal at RCPT
+    comes back before the calls in flight beside it are accepted."""
+
+    async def handle_DATA(self, server, session, envelope):
+        await asyncio.sleep(0.3)
+        return await super().handle_DATA(server, session, envelope)
+
+
+@pytest.mark.django_db
+def test_a_recipient_blocked_by_policy_beside_calls_in_flight_pauses_once_then_fails_alone(
+    customer, make_batch, server_factory, settings
+):
+    """A window of calls: the 550 5.7.1 comes back before the server accepts the calls in
+    flight beside it, so the batch pauses (it may be a relay denial for everyone), and those
+    calls are sent meanwhile. Resumed, the blocked address is the only one left: nothing in
+    this run shows the server takes others, but it was refused so before and the server
+    took others of the batch since the batch started, so it fails alone. Before, the batch
+    paused again at every resume."""
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "SEND_WINDOW": 4}
+    blocked = "550 5.7.1 Recipient address rejected by policy"
+    customer("blocked@example.com")
+    customer("ann@example.com")
+    customer("bob@example.com")
+    port = server_factory(RefusesFirst(rcpt={"blocked@example.com": blocked}))
+    batch = make_batch(provider="email", rate_limit_key="email")
+
+    runs = run_batch(batch, port, resumes=2)
+
+    assert [status for status, _ in runs] == ["paused", "completed"]
+    assert statuses(batch) == {
+        "blocked@example.com": "failed",
+        "ann@example.com": "sent",
+        "bob@example.com": "sent",
+    }
+    assert recipient(batch, "blocked@example.com").attempts == 1
