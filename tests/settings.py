@@ -141,6 +141,16 @@ if env.str("SCHEDULER_TEST_ALERT_WEBHOOK", ""):
         }
     ]
 
+# A subprocess behind PgBouncer in transaction-pooling mode (tests/pgbouncer): Django's
+# DISABLE_SERVER_SIDE_CURSORS declares it; LISTEN goes to a direct connection's alias, or
+# is off ("": the worker polls).
+if env.bool("SCHEDULER_TEST_TRANSACTION_POOLING", False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+if env.str("SCHEDULER_TEST_DIRECT_DATABASE_URL", ""):
+    DATABASES["direct"] = env.db("SCHEDULER_TEST_DIRECT_DATABASE_URL")
+if "SCHEDULER_TEST_LISTEN_DATABASE" in env:
+    SCHEDULER_APP["LISTEN_DATABASE"] = env.str("SCHEDULER_TEST_LISTEN_DATABASE", "")
+
 # A worker subprocess on a host whose clock is off (tests/processes/test_skewed_clock.py).
 if env.float("SCHEDULER_TEST_CLOCK_SKEW", 0.0):
     from tests.skewed_clock import skew_clock
