@@ -1,5 +1,5 @@
 """The database connection: behind a transaction-pooling pooler, LISTEN needs a direct
-connection or polling (E080)."""
+connection or polling (E080); where workers LISTEN (E081)."""
 
 from __future__ import annotations
 
@@ -55,3 +55,23 @@ def check_transaction_pooling(
             )
         ]
     return []
+
+
+@register(Tags.compatibility)
+def check_listen_database(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """LISTEN_DATABASE: None, "" or the alias of a PostgreSQL database (E081)."""
+    alias = app_settings.LISTEN_DATABASE
+    if alias is None or alias == "":
+        return []
+    database = settings.DATABASES.get(alias) if isinstance(alias, str) else None
+    if database is not None and "postgresql" in database.get("ENGINE", ""):
+        return []
+    return [
+        Error(
+            "SCHEDULER_APP['LISTEN_DATABASE'] must be None, \"\" or the alias of a PostgreSQL "
+            "database in DATABASES, not %r." % (alias,),
+            hint='None LISTENs on the default database; "" makes workers poll every '
+            "POLL_INTERVAL instead (docs/performance.md).",
+            id="scheduler_app.E081",
+        )
+    ]
