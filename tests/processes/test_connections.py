@@ -1,8 +1,8 @@
 """A runworker process holds connections for its running handlers, and two besides.
 
 Counted in pg_stat_activity by the worker's application_name (libpq reads PGAPPNAME, so
-every connection of the subprocess carries it), with alerts on and a send lane's claim
-keeper in the process, both of which had a connection of their own.
+every connection of the subprocess carries it), with the alert evaluation, the lease
+renewal and a send lane's claim keeper at work, each of which had a connection of its own.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.scheduling import schedule
 from tests.helpers import database_url, wait_until
-from tests.testapp.models import Run
+from tests.sends_processes.conftest import make_batch
+from tests.testapp.models import ProviderBehaviour, Run
 
 pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
 
@@ -49,7 +51,15 @@ def start(start_worker, name: str, url: str, **env: str):
         str(CONCURRENCY),
         "--lease",
         "3",
-        env={"PGAPPNAME": name, "DATABASE_URL": url, "SCHEDULER_ALERT_INTERVAL": "1", **env},
+        env={
+            "PGAPPNAME": name,
+            "DATABASE_URL": url,
+            "SCHEDULER_ALERT_INTERVAL": "1",
+            # One lane, whose claims the keeper extends every half second.
+            "SCHEDULER_SEND_LANES": "1",
+            "SCHEDULER_SEND_CLAIM_SECONDS": "1.5",
+            **env,
+        },
     )
 
 
@@ -78,22 +88,32 @@ def test_a_worker_holds_a_connection_per_running_handler_and_two_besides(
     idle = most_connections(name, 2.0)
     assert idle <= 3, "an idle worker held %s connections" % idle
 
+    # Every handler slot busy: blocked jobs, and a send lane whose provider takes its time.
     flag = tmp_path / "flag"
     jobs = [
         schedule("tests.block_until_flag", payload={"flag": str(flag), "max_wait": 30})
-        for _ in range(CONCURRENCY)
+        for _ in range(CONCURRENCY - 1)
     ]
+    ProviderBehaviour.objects.create(delay=0.1)
+    batch = make_batch(40)
     wait_until(
-        lambda: Run.objects.filter(job_id__in=[j.pk for j in jobs]).count() == CONCURRENCY,
-        message="every handler to start (each opens a connection)",
+        lambda: (
+            Run.objects.filter(job_id__in=[j.pk for j in jobs]).count() == CONCURRENCY - 1
+            and Recipient.objects.filter(batch=batch, sent_at__isnull=False).exists()
+        ),
+        message="every handler to start (each opens a connection) and the lane to send",
     )
     busy = most_connections(name, 2.0)
     assert busy <= CONCURRENCY + 2, "%s handlers running, %s connections" % (CONCURRENCY, busy)
 
     flag.touch()
     wait_until(
-        lambda: Run.objects.filter(finished_at__isnull=False).count() == CONCURRENCY,
-        message="the handlers to finish",
+        lambda: (
+            Run.objects.filter(finished_at__isnull=False).count() == CONCURRENCY - 1
+            and SendBatch.objects.get(pk=batch.pk).status == SendBatch.Status.COMPLETED
+        ),
+        timeout=30,
+        message="the handlers and the send to finish",
     )
     wait_until(
         lambda: connections_of(name) <= 3,
