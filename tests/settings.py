@@ -145,12 +145,20 @@ if env.str("SCHEDULER_TEST_ALERT_WEBHOOK", ""):
         }
     ]
 
-# A worker subprocess that LISTENs elsewhere (tests/processes/test_connections.py): "" polls,
-# "direct" LISTENs on a connection of its own through an alias of the same database.
+# A subprocess behind PgBouncer in transaction-pooling mode (tests/pgbouncer): Django's
+# DISABLE_SERVER_SIDE_CURSORS declares it, and "direct" is the same database without it.
+if env.bool("SCHEDULER_TEST_TRANSACTION_POOLING", False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+if env.str("SCHEDULER_TEST_DIRECT_DATABASE_URL", ""):
+    DATABASES["direct"] = env.db("SCHEDULER_TEST_DIRECT_DATABASE_URL")
+
+# A worker subprocess that LISTENs elsewhere (tests/processes/test_connections.py,
+# tests/pgbouncer): "" polls, "direct" LISTENs on a connection of its own through an alias
+# of the same database.
 if "SCHEDULER_TEST_LISTEN_DATABASE" in env:
     SCHEDULER_APP["LISTEN_DATABASE"] = env.str("SCHEDULER_TEST_LISTEN_DATABASE")
     if SCHEDULER_APP["LISTEN_DATABASE"]:
-        DATABASES[SCHEDULER_APP["LISTEN_DATABASE"]] = dict(DATABASES["default"])
+        DATABASES.setdefault(SCHEDULER_APP["LISTEN_DATABASE"], dict(DATABASES["default"]))
 
 # A worker subprocess on a host whose clock is off (tests/processes/test_skewed_clock.py).
 if env.float("SCHEDULER_TEST_CLOCK_SKEW", 0.0):
