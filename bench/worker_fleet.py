@@ -16,6 +16,11 @@ needed, shows there). BENCH_DATABASE_URL names the database (dropped and made ag
 default ``bench_worker_fleet``); BENCH_RESULTS the results file
 (bench/results-worker.md).
 
+BENCH_PGBOUNCER=1 adds a drain of the first count through a PgBouncer in transaction mode
+(started with .ci/pgbouncer on port BENCH_PGBOUNCER_PORT, 6434; the package must be
+installed), its workers LISTENing on a direct connection (LISTEN_DATABASE), next to the
+same drain connected directly.
+
 The last stdout line is ``drain_jobs_s_<n>=<x> ...`` for each count.
 """
 
@@ -39,6 +44,51 @@ from harness import (
 from worker import bench_drain
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_worker_fleet"
+
+
+def pgbouncer_drain(
+    url: str, jobs: int, concurrency: int, batch: int, workers: int, direct_jobs_s: float
+) -> str:
+    """Drain through a PgBouncer in transaction mode; return the results' paragraph."""
+    import subprocess
+    import tempfile
+    from urllib.parse import urlsplit
+
+    from django.db import connection
+
+    port = os.environ.get("BENCH_PGBOUNCER_PORT", "6434")
+    run_dir = tempfile.mkdtemp(prefix="bench-pgbouncer-")
+    script = str(REPO / ".ci" / "pgbouncer")
+    started = subprocess.run(
+        ["bash", script, "start", run_dir, port], capture_output=True, text=True, check=True
+    )
+    pooled_url = started.stdout.strip() + urlsplit(url).path
+    worker_env = {
+        "SCHEDULER_TEST_TRANSACTION_POOLING": "1",
+        "SCHEDULER_TEST_DIRECT_DATABASE_URL": url,
+        "SCHEDULER_TEST_LISTEN_DATABASE": "direct",
+    }
+    os.environ.update(worker_env)  # the workers inherit them
+    try:
+        drain = bench_drain(pooled_url, jobs, concurrency, batch, workers, None, history=0)
+    finally:
+        for name in worker_env:
+            del os.environ[name]
+        subprocess.run(["bash", script, "stop", run_dir], check=False)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM scheduler_app_job, scheduler_app_jobattempt")
+    ratio = drain["jobs_s"] / direct_jobs_s
+    print(
+        "%s workers through PgBouncer (transaction mode): %.0f jobs/s, %.2f of direct, "
+        "machine %.0f%% busy" % (workers, drain["jobs_s"], ratio, drain["machine_busy"] * 100),
+        flush=True,
+    )
+    return (
+        "\nThrough PgBouncer (transaction mode, LISTEN on a direct connection), %s workers: "
+        "**%.0f jobs/s**, %.2f of the direct drain above (%.0f jobs/s); machine %.0f %% busy "
+        "(PgBouncer's own CPU included there, not in the CPU per job).\n"
+        % (workers, drain["jobs_s"], ratio, direct_jobs_s, drain["machine_busy"] * 100)
+    )
 
 
 def main() -> None:
@@ -86,6 +136,9 @@ def main() -> None:
             "%(statements_per_job).3f worker transactions per job" % row,
             flush=True,
         )
+    pooled = ""
+    if os.environ.get("BENCH_PGBOUNCER"):
+        pooled = pgbouncer_drain(url, jobs, concurrency, batch, fleet[0], rows[0]["jobs_s"])
     base = rows[0]["jobs_s"]
     table = "\n".join(
         "| %s | %.0f | %.0f | %.2fx | %.0f µs | %.0f %% | %.3f |"
@@ -104,7 +157,7 @@ def main() -> None:
         "\n## %s — bench/worker_fleet.py jobs=%s concurrency=%s batch=%s\n\n%s\n\n"
         "| workers | drain jobs/s | per worker | vs %s workers | CPU per job (workers + "
         "backends) | machine busy | worker transactions per job |\n"
-        "|---|---|---|---|---|---|---|\n%s\n"
+        "|---|---|---|---|---|---|---|\n%s\n%s"
         % (
             when.strftime("%Y-%m-%d %H:%M UTC"),
             jobs,
@@ -113,6 +166,7 @@ def main() -> None:
             machine_line(machine),
             fleet[0],
             table,
+            pooled,
         )
     )
     append_results(results_path, "# Worker benchmark results\n", section)
