@@ -112,7 +112,7 @@ def claim_latency_ms(limit: int) -> float:
     it) with CLAIM_BACKLOG due jobs, rolled back."""
     from django.db import transaction
 
-    from scheduler_app import clock, schedule_many
+    from scheduler_app import schedule_many
     from scheduler_app.conf import app_settings
     from scheduler_app.db.postgresql import jobs as pg
     from scheduler_app.db.postgresql.statements import bound_cursor
@@ -121,7 +121,7 @@ def claim_latency_ms(limit: int) -> float:
     with transaction.atomic():
         schedule_many("tests.noop", [None] * CLAIM_BACKLOG)
         params = pg._claim_params(
-            "bench", list(app_settings.QUEUES), limit, clock.now(), dt.timedelta(seconds=30), []
+            "bench", list(app_settings.QUEUES), limit, dt.timedelta(seconds=30), []
         )
         for _ in range(CLAIM_SAMPLES):
             with transaction.atomic(), bound_cursor() as cursor:

@@ -19,12 +19,16 @@ from scheduler_app.bounds import LARGEST_INTEGER
 DEFAULTS: dict[str, Any] = {
     # Queues a job may be scheduled on; anything else is refused.
     "QUEUES": ["default"],
-    # Worker defaults (each one a runworker option too). 18: four workers open at most
-    # 4 x (18 executors + loop + LISTEN + lease renewal + alerts + send-lane claim keeper)
-    # = 92 connections, under PostgreSQL's default max_connections of 100 (docs/performance.md).
-    "CONCURRENCY": 18,
+    # Worker defaults (each one a runworker option too). 16: four workers hold at most
+    # 4 x (16 handlers + the loop's + the side connection) = 72 connections, so a web
+    # application's 20 fit beside them under PostgreSQL's default max_connections of 100,
+    # with room left for a migration and a shell (docs/performance.md).
+    "CONCURRENCY": 16,
     "CLAIM_BATCH_SIZE": 100,
     "POLL_INTERVAL": 1.0,
+    # Where runworker LISTENs for new jobs: None, on its side connection to the default
+    # database; an alias, on a connection of its own to that database; "", nowhere (poll).
+    "LISTEN_DATABASE": None,
     "LEASE_SECONDS": 30.0,
     "SHUTDOWN_TIMEOUT": 30.0,
     # How long the database may stay unreachable before runworker exits non-zero.
@@ -136,12 +140,22 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "CONCURRENCY": (
         "Jobs one worker runs at once, each in its own thread (`--concurrency`). A worker "
-        "opens up to CONCURRENCY + 5 database connections (see the performance guide)."
+        "holds at most CONCURRENCY + 2 database connections: one per running handler that "
+        "uses the database, the claim loop's, and one its side threads share (see the "
+        "performance guide)."
     ),
     "CLAIM_BATCH_SIZE": ("Most jobs a worker claims in one statement (`--batch-size`)."),
     "POLL_INTERVAL": (
         "Longest time, in seconds, an idle worker waits before looking for due jobs again "
         "(`--poll-interval`)."
+    ),
+    "LISTEN_DATABASE": (
+        "Where `runworker` LISTENs for the NOTIFY that wakes it when a job is scheduled "
+        "(PostgreSQL). `None`: on the connection its side threads share, to the default "
+        "database. An alias of `DATABASES`: on a connection of its own to that database; "
+        "use a direct connection's alias when the default database goes through a "
+        'transaction pooler, which cannot keep a LISTEN. `""`: nowhere; the worker '
+        "looks for due jobs every `POLL_INTERVAL`."
     ),
     "LEASE_SECONDS": (
         "How long a claimed job is leased to its worker. The worker renews the lease every "

@@ -8,7 +8,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 #: Folders whose tests depend on the database vendor but not on Django's version: real
 #: worker processes, signals and brokers, driven through our own SQL (see REPEAT).
-VERSION_FREE = ("processes", "sends_processes", "celery")
+VERSION_FREE = ("processes", "sends_processes", "celery", "pgbouncer")
 
 #: Folders whose tests depend on Django's version but not on the database vendor: the
 #: admin in a real browser (see REPEAT).

@@ -30,6 +30,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
     DATABASES["default"]["TEST"] = {"NAME": env.str("SQLITE_TEST_NAME", str(SQLITE_TEST_FILE))}
+elif DATABASES["default"].get("OPTIONS", {}).get("pool") in (1, "1"):
+    # DATABASE_URL=...?pool=1: Django's connection pool, at most a connection per handler
+    # thread and the loop's, idle ones closed after a second (tests/processes/test_connections.py).
+    DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 1, "max_size": 5, "max_idle": 1.0}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -140,6 +144,21 @@ if env.str("SCHEDULER_TEST_ALERT_WEBHOOK", ""):
             "timeout": 120,
         }
     ]
+
+# A subprocess behind PgBouncer in transaction-pooling mode (tests/pgbouncer): Django's
+# DISABLE_SERVER_SIDE_CURSORS declares it, and "direct" is the same database without it.
+if env.bool("SCHEDULER_TEST_TRANSACTION_POOLING", False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+if env.str("SCHEDULER_TEST_DIRECT_DATABASE_URL", ""):
+    DATABASES["direct"] = env.db("SCHEDULER_TEST_DIRECT_DATABASE_URL")
+
+# A worker subprocess that LISTENs elsewhere (tests/processes/test_connections.py,
+# tests/pgbouncer): "" polls, "direct" LISTENs on a connection of its own through an alias
+# of the same database.
+if "SCHEDULER_TEST_LISTEN_DATABASE" in env:
+    SCHEDULER_APP["LISTEN_DATABASE"] = env.str("SCHEDULER_TEST_LISTEN_DATABASE")
+    if SCHEDULER_APP["LISTEN_DATABASE"]:
+        DATABASES.setdefault(SCHEDULER_APP["LISTEN_DATABASE"], dict(DATABASES["default"]))
 
 # A worker subprocess on a host whose clock is off (tests/processes/test_skewed_clock.py).
 if env.float("SCHEDULER_TEST_CLOCK_SKEW", 0.0):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from django.db import InterfaceError, OperationalError, connection, transaction
 
@@ -43,14 +45,15 @@ class Evaluation:
     lost_workers: int = 0
 
 
-def evaluate() -> Evaluation:
+def evaluate(*, turn: Callable[[], AbstractContextManager[object]] = nullcontext) -> Evaluation:
     """Evaluate every rule once; open, refresh and resolve alerts; deliver what changed.
 
     A rule that raises is logged and skipped (its alerts stay as they are);
     connection errors propagate. Deliveries happen after the commit: the notices now
-    due, including the retries of failed ones.
+    due, including the retries of failed ones. The database is used inside ``turn()``
+    blocks only, and no delivery is (see deliver_notices).
     """
-    with transaction.atomic():
+    with turn(), transaction.atomic():
         if not _take_lock():
             return Evaluation(skipped=True)
         now = database_now()
@@ -58,7 +61,7 @@ def evaluate() -> Evaluation:
         findings, failed = _run_rules(now)
         opened, still_open, resolved = _apply(findings, failed, now)
         owe_renotifications(now, dt.timedelta(seconds=app_settings.ALERT_RENOTIFY_AFTER))
-    deliver_notices(now)
+    deliver_notices(now, turn=turn)
     return Evaluation(
         opened=tuple(opened),
         resolved=tuple(resolved),
@@ -105,6 +108,7 @@ def _apply(
             numbers=finding.numbers,
             admin_url=finding.admin_url,
             now=now,
+            deliver=False,  # evaluate() delivers every notice due once it committed
         )
         (opened if is_new else still_open).append(alert)
     resolved = [
@@ -115,10 +119,10 @@ def _apply(
     return opened, still_open, resolved
 
 
-def evaluate_quietly() -> None:
+def evaluate_quietly(*, turn: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
     """Evaluate for a worker's Duty: log any error but a lost connection, never raise it."""
     try:
-        evaluate()
+        evaluate(turn=turn)
     except (OperationalError, InterfaceError):
         raise
     except Exception:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -27,6 +29,7 @@ def open_alert(
     numbers: dict[str, Any] | None = None,
     admin_url: str = "",
     now: dt.datetime | None = None,
+    deliver: bool = True,
 ) -> tuple[Alert, bool]:
     """Open an alert, or refresh the open one of the same kind and subject; return (it, opened).
 
@@ -58,7 +61,8 @@ def open_alert(
     except IntegrityError:  # opened by another process since our UPDATE
         return Alert.objects.open().get(kind=kind, subject=subject), False
     logger.warning("alert opened kind=%s subject=%s summary=%s", kind, subject, summary)
-    transaction.on_commit(lambda: deliver_notices(now, alert_id=alert.pk))
+    if deliver:
+        transaction.on_commit(lambda: deliver_notices(now, alert_id=alert.pk))
     return alert, True
 
 
@@ -130,35 +134,46 @@ def owe_renotifications(now: dt.datetime, after: dt.timedelta) -> int:
     )
 
 
-def deliver_notices(now: dt.datetime, *, alert_id: int | None = None) -> int:
+def deliver_notices(
+    now: dt.datetime,
+    *,
+    alert_id: int | None = None,
+    turn: Callable[[], AbstractContextManager[object]] = nullcontext,
+) -> int:
     """Deliver every notice due at ``now`` (only ``alert_id``'s, if given); return how many
     reached every notifier.
 
     Each is claimed by a guarded UPDATE that also sets its next try (the backoff), so
     one process delivers it, and one that dies while delivering leaves it to be
     retried. A notice some notifiers refused is retried, with backoff, on those only.
-    Call it outside a transaction: each claim commits before the delivery.
+    Call it outside a transaction: each claim commits before the delivery. Every use of
+    the database happens inside a ``turn()`` block, and no delivery does (a worker passes
+    its side connection's turns, which other threads wait for).
     """
     due = Alert.objects.notices_due(now)
     if alert_id is not None:
         due = due.filter(pk=alert_id)
+    with turn():
+        alerts = list(due.order_by("notice_due_at", "pk"))
     delivered = 0
-    for alert in due.order_by("notice_due_at", "pk"):
+    for alert in alerts:
         retry_at = now + _backoff(alert.notice_failures + 1)
-        claimed = Alert.objects.filter(
-            pk=alert.pk, notice=alert.notice, notice_due_at=alert.notice_due_at
-        ).update(notice_due_at=retry_at)
+        mine = Alert.objects.filter(pk=alert.pk, notice=alert.notice, notice_due_at=retry_at)
+        with turn():
+            claimed = Alert.objects.filter(
+                pk=alert.pk, notice=alert.notice, notice_due_at=alert.notice_due_at
+            ).update(notice_due_at=retry_at)
         if not claimed:
             continue  # delivered, reopened or claimed by another process meanwhile
-        mine = Alert.objects.filter(pk=alert.pk, notice=alert.notice, notice_due_at=retry_at)
         if not alert.notice_failures:  # receivers get each notice once, with its first try
             _signal(alert.notice, alert)
         failed = deliver(alert.notice, alert, only=alert.notice_unreached)
         if failed is None or failed:
-            mine.update(
-                notice_failures=F("notice_failures") + 1,
-                notice_unreached=alert.notice_unreached if failed is None else failed,
-            )
+            with turn():
+                mine.update(
+                    notice_failures=F("notice_failures") + 1,
+                    notice_unreached=alert.notice_unreached if failed is None else failed,
+                )
             logger.warning(
                 "alert notice not delivered kind=%s subject=%s event=%s failures=%s retry_at=%s",
                 alert.kind,
@@ -167,10 +182,12 @@ def deliver_notices(now: dt.datetime, *, alert_id: int | None = None) -> int:
                 alert.notice_failures + 1,
                 retry_at.isoformat(),
             )
-        elif mine.update(
-            last_notified_at=now, notifications=F("notifications") + 1, **_NOTHING_OWED
-        ):
-            delivered += 1
+            continue
+        with turn():
+            recorded = mine.update(
+                last_notified_at=now, notifications=F("notifications") + 1, **_NOTHING_OWED
+            )
+        delivered += bool(recorded)
     return delivered
 
 

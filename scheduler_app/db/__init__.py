@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -60,6 +60,22 @@ def write_across_reconnects(
             connection.close()
             time.sleep(pause)  # a backoff before reconnecting, not a synchronisation
             pause = min(pause * 2, 5.0)
+
+
+def transaction_pooled(settings_dict: Mapping[str, Any] | None = None) -> bool:
+    """Return whether a database's connections go through a transaction-pooling pooler
+    (PgBouncer's ``pool_mode = transaction``): the default database's, or the one of
+    ``settings_dict`` (an entry of DATABASES).
+
+    Told by ``DISABLE_SERVER_SIDE_CURSORS = True``, the setting Django's documentation
+    asks of a project behind transaction pooling. There a server session serves another
+    client after each transaction, so nothing may outlive one: no session SET, no
+    prepared statement (unless the project asks for them, see
+    postgresql.statements.prepare_when_asked()), no LISTEN (LISTEN_DATABASE).
+    """
+    if settings_dict is None:
+        settings_dict = connection.settings_dict
+    return bool(settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
 
 
 def backend() -> ModuleType:

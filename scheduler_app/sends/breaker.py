@@ -3,7 +3,10 @@
 Each lane keeps its share of BREAKER_WINDOW (the batch's breaker_window) in its own
 LaneProgress row, and a lane starts from what the batch's lanes left, so the window lasts
 across lane runs. An attempt that does not count (a refund: a throttling answer, a
-refusal of our sender) never feeds it. BREAKER_THRESHOLD (the batch's
+refusal of our sender) never feeds it, nor does a refusal of one recipient's own address
+(unknown, invalid, suppressed: RecipientRefused), which says nothing of the provider; a
+refusal the lane only judged to be the address's (RefusedAtRcpt failed alone) still counts,
+so a server that starts refusing everyone still trips it. BREAKER_THRESHOLD (the batch's
 breaker_threshold) is the share of failures that trips it.
 """
 
@@ -47,7 +50,7 @@ class Breaker:
 
     def add(self, outcome: Outcome) -> str:
         """Count ``outcome``; return why the breaker tripped, or ''."""
-        if outcome.refund:
+        if outcome.refund or not outcome.feeds_breaker:
             return ""
         # An attempt that counts and did not end sent or skipped: failed, or to be retried.
         self.attempts.append(outcome.status in (Status.FAILED, Status.PENDING))

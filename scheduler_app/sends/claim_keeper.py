@@ -3,10 +3,11 @@
 A lane claims a chunk of recipients for SEND_CLAIM_SECONDS and may spend
 longer than that on the chunk (slow provider calls, rate limits). Every third
 of a claim period its claims are extended: the rest of its chunk, and the
-recipients whose provider calls are running (the lane's window). One keeper thread per process does
-this for every lane the process runs, on a connection of its own, so a worker
-holds one connection for its lanes' claims however many lanes it runs. The
-thread starts with the first lane and ends with the last.
+recipients whose provider calls are running (the lane's window). One keeper thread per
+process does this for every lane the process runs, on the process's side connection
+(scheduler_app.side_connection, shared with a worker's other side threads), so lanes cost
+no connection for their claims however many run. The thread starts with the first lane
+and ends with the last.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import os
 import threading
 import time
 
-from django.db import DatabaseError, InterfaceError, connection
+from django.db import DatabaseError, InterfaceError
 
 from scheduler_app.db import backend
+from scheduler_app.side_connection import SideConnection, side_connection
 
 logger = logging.getLogger("scheduler_app.sends")
 
@@ -64,8 +66,9 @@ class ClaimKeeper:
         """The provider call of ``recipient_id`` returned: its marker is next."""
         self.in_flight.pop(recipient_id, None)
 
-    def extend(self) -> None:
-        """Extend the claims the lane holds now, by a claim period from the database's now."""
+    def extend(self, side: SideConnection) -> None:
+        """Extend the claims the lane holds now, by a claim period from the database's now,
+        in a turn on ``side``."""
         chunk, start = self.chunk
         ids = set(chunk[start:])
         now = time.monotonic()
@@ -83,9 +86,10 @@ class ClaimKeeper:
                     running,
                 )
         if ids:
-            backend().extend_claims(
-                recipient_ids=sorted(ids), claim=self.claim, claim_for=self.claim_for
-            )
+            with side.use():
+                backend().extend_claims(
+                    recipient_ids=sorted(ids), claim=self.claim, claim_for=self.claim_for
+                )
 
 
 class _KeeperThread:
@@ -121,20 +125,10 @@ class _KeeperThread:
             self._changed.notify()  # the last one out lets the thread end now
 
     def _run(self) -> None:
+        side = side_connection()
         try:
-            while due := self._wait_for_due():
-                for keeper in due:
-                    # Outside the lock: lanes start and end while a statement runs.
-                    try:
-                        keeper.extend()
-                    except (DatabaseError, InterfaceError) as exc:
-                        logger.warning(
-                            "claim extension failed claim=%s error=%s", keeper.claim, exc
-                        )
-                        connection.close()
-                    except Exception:
-                        # This thread serves every lane of the process: it goes on.
-                        logger.exception("claim extension failed claim=%s", keeper.claim)
+            with side.kept():
+                self._extend_while_lanes_run(side)
         finally:
             with self._changed:
                 if self._thread is threading.current_thread():
@@ -143,7 +137,19 @@ class _KeeperThread:
                     self._thread = None
                     if self._due:
                         self._start()
-            connection.close()
+
+    def _extend_while_lanes_run(self, side: SideConnection) -> None:
+        while due := self._wait_for_due():
+            for keeper in due:
+                # Outside the lock: lanes start and end while a statement runs.
+                try:
+                    keeper.extend(side)
+                except (DatabaseError, InterfaceError) as exc:
+                    logger.warning("claim extension failed claim=%s error=%s", keeper.claim, exc)
+                    side.close()
+                except Exception:
+                    # This thread serves every lane of the process: it goes on.
+                    logger.exception("claim extension failed claim=%s", keeper.claim)
 
     def _wait_for_due(self) -> list[ClaimKeeper]:
         """Wait until some keepers are due and return them, or return [] (and let the

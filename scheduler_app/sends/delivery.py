@@ -3,7 +3,8 @@
 ``deliver()`` calls the provider once with the recipient's idempotency key and returns an
 Outcome: sent (with the provider's message id), failed (a permanent error, or the last
 of RECIPIENT_MAX_ATTEMPTS), or pending again after RECIPIENT_RETRY's backoff: a failure
-retries that recipient, never the batch. A throttling answer (SlowDown) or a refusal of
+retries that recipient, never the batch; a refusal of the address itself (RecipientRefused)
+fails it without feeding the breaker. A throttling answer (SlowDown) or a refusal of
 our sender (SenderRefused) is raised for the lane to handle: neither is the recipient's
 fault. The lane writes each Outcome as the recipient's marker (db.<vendor>.mark_recipients).
 """
@@ -22,6 +23,7 @@ from scheduler_app.retry import RetryPolicy
 from scheduler_app.sends.providers import (
     PermanentSendError,
     Provider,
+    RecipientRefused,
     SenderRefused,
     SlowDown,
     TransientSendError,
@@ -48,6 +50,9 @@ class Outcome:
     error: str | None = ""
     next_attempt_at: dt.datetime | None = None
     refund: int = 0
+    #: False for a refusal of the recipient's own address: no sign the provider is failing,
+    #: so the automatic breaker does not count it (sends.breaker).
+    feeds_breaker: bool = True
 
     def as_row(self) -> tuple:
         """Return the row db.<vendor>.mark_recipients() takes."""
@@ -71,7 +76,12 @@ def deliver(
     except (SlowDown, SenderRefused):
         raise
     except PermanentSendError as exc:
-        return Outcome(recipient_id, Status.FAILED, error=describe(exc))
+        return Outcome(
+            recipient_id,
+            Status.FAILED,
+            error=describe(exc),
+            feeds_breaker=not isinstance(exc, RecipientRefused),
+        )
     except Exception as exc:  # TransientSendError, or a provider bug: retry this recipient
         error = describe(exc)
         if not isinstance(exc, TransientSendError):

@@ -31,10 +31,10 @@ from collections.abc import Callable
 from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.db import backend
-from scheduler_app.exceptions import RetryLater
+from scheduler_app.exceptions import RetryLater, describe
 from scheduler_app.feedback import suppressions
 from scheduler_app.feedback.unsubscribe import UnsubscribeLinks
-from scheduler_app.models import SendBatch
+from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.registry import get_task
 from scheduler_app.sends import halts, limiter, stale, states
 from scheduler_app.sends.audience import thaw_context
@@ -374,20 +374,40 @@ class Lane:
                 next_attempt_at=clock.now() + exc.delay,
                 error=str(exc),
             )
-        if isinstance(exc, RefusedAtRcpt) and self.provider_accepted:
+        if isinstance(exc, RefusedAtRcpt) and (
+            self.provider_accepted or self._refused_again(recipient_id, exc)
+        ):
             # The server takes others: a block of this address, not of us.
             return Outcome(recipient_id, Status.FAILED, error=str(exc))
         if isinstance(exc, SenderRefused):  # not the recipient's fault: no attempt used, pause
             self.stop_reason = self.stop_reason or str(exc)
-            # Due again behind the rest: after a resume the others show whose fault it is.
-            return Outcome(
-                recipient_id,
-                Status.PENDING,
-                refund=1,
-                error=str(exc),
-                next_attempt_at=clock.now() if isinstance(exc, RefusedAtRcpt) else None,
-            )
+            if isinstance(exc, RefusedAtRcpt):
+                # Due again behind the rest: after a resume the others show whose fault it
+                # is. Its type leads the error, so that a refusal again is known (see
+                # _refused_again).
+                return Outcome(
+                    recipient_id,
+                    Status.PENDING,
+                    refund=1,
+                    error=describe(exc),
+                    next_attempt_at=clock.now(),
+                )
+            return Outcome(recipient_id, Status.PENDING, refund=1, error=str(exc))
         raise exc  # not an Exception (deliver() turns those into outcomes)
+
+    def _refused_again(self, recipient_id: int, exc: RefusedAtRcpt) -> bool:
+        """Return True if the recipient's last attempt ended in such a refusal too (it paused
+        the batch, which was resumed) and the server has accepted others of the batch.
+
+        With calls in flight, or when the recipient is the only one left, nothing in this
+        run may show that the server takes others before its refusal comes back: it would
+        pause the batch again at every resume.
+        """
+        refused_before = Recipient.objects.filter(
+            pk=recipient_id, last_error__startswith="%s: " % type(exc).__name__
+        )
+        accepted = Recipient.objects.filter(batch_id=self.batch.pk, status=Status.SENT)
+        return refused_before.exists() and accepted.exists()
 
     def _why_halt(self) -> str:
         """Return why the rest of a chunk must not be sent now, or ''."""

@@ -29,6 +29,7 @@ from typing import TypeVar
 from django.db import DatabaseError
 from django.db.models import F
 
+from scheduler_app.conf import app_settings
 from scheduler_app.controls import PausedScopes
 from scheduler_app.database import connection
 from scheduler_app.database_clock import DatabaseNow
@@ -527,10 +528,13 @@ class Worker(AbandonedThreadsMixin, DrainMixin):
     def _start_threads(self) -> None:
         for _ in range(self.options.concurrency):
             self._start_executor()
-        if connection.vendor == "postgresql":
+        listen_on = app_settings.LISTEN_DATABASE
+        if connection.vendor == "postgresql" and listen_on != "":
             from scheduler_app.worker.wakeup import Listener
 
-            self._listener = Listener(self.options.queues, self._wake, self._stopping)
+            self._listener = Listener(
+                self.options.queues, self._wake, self._stopping, alias=listen_on
+            )
             self._listener.start()
         self._renewer = lease_renewal(
             worker_id=self.id,
@@ -563,6 +567,12 @@ class Worker(AbandonedThreadsMixin, DrainMixin):
                 outcome: Finish | BaseException = execute(running.job, self._stopping.is_set)
             except BaseException as exc:
                 outcome = exc
+            # A handler thread holds a connection only while its handler runs, whatever
+            # CONN_MAX_AGE says (with Django's pool, close() hands it back to the pool).
+            try:
+                connection.close()
+            except DatabaseError:
+                logger.warning("could not close a handler's connection job=%s", running.job.id)
             with self._lock:
                 running.returned = True
                 abandoned = running.abandoned

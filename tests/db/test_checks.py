@@ -183,18 +183,62 @@ def test_e010_names_every_task_whose_queue_was_removed():
     )
 
 
-def test_transaction_pooling_is_refused_with_e080(monkeypatch):
-    from scheduler_app.checks.database import check_no_transaction_pooling
-
-    assert check_no_transaction_pooling() == []
+@pytest.fixture
+def transaction_pooled(monkeypatch):
+    """Declare the default database behind a transaction pooler, as Django documents it."""
     monkeypatch.setitem(settings.DATABASES["default"], "DISABLE_SERVER_SIDE_CURSORS", True)
-    errors = check_no_transaction_pooling()
+
+
+def test_transaction_pooling_without_a_listen_database_is_e080(transaction_pooled):
+    from scheduler_app.checks.database import check_transaction_pooling
+
+    errors = check_transaction_pooling()
 
     assert ids(errors) == ["scheduler_app.E080"]
-    assert errors[0].hint == (
-        "Connect to PostgreSQL directly or through session pooling (pool_mode=session); "
-        "see docs/performance.md."
+    assert errors[0].msg == (
+        "DATABASES['default'] goes through a transaction-pooling connection pooler "
+        "(DISABLE_SERVER_SIDE_CURSORS = True), where runworker cannot LISTEN for new jobs, "
+        "and SCHEDULER_APP['LISTEN_DATABASE'] is None (LISTEN on that connection)."
     )
+    assert errors[0].hint == (
+        "Set SCHEDULER_APP['LISTEN_DATABASE'] to the alias of a DATABASES entry that "
+        "connects to the same database directly or through session pooling "
+        "(pool_mode=session), without DISABLE_SERVER_SIDE_CURSORS; or to '' to poll every "
+        "POLL_INTERVAL instead of listening. See docs/performance.md."
+    )
+
+
+def test_transaction_pooling_with_a_direct_listen_database_or_polling_passes(
+    transaction_pooled, monkeypatch
+):
+    from scheduler_app.checks.database import check_transaction_pooling
+
+    monkeypatch.setitem(settings.DATABASES, "direct", {**settings.DATABASES["default"]})
+    del settings.DATABASES["direct"]["DISABLE_SERVER_SIDE_CURSORS"]
+    for listen in ("direct", ""):
+        with override_settings(SCHEDULER_APP=scheduler_app_settings(LISTEN_DATABASE=listen)):
+            assert check_transaction_pooling() == []
+
+
+def test_a_listen_database_behind_transaction_pooling_too_is_e080(transaction_pooled, monkeypatch):
+    from scheduler_app.checks.database import check_transaction_pooling
+
+    monkeypatch.setitem(settings.DATABASES, "pooled", {**settings.DATABASES["default"]})
+    with override_settings(SCHEDULER_APP=scheduler_app_settings(LISTEN_DATABASE="pooled")):
+        errors = check_transaction_pooling()
+
+    assert ids(errors) == ["scheduler_app.E080"]
+    assert errors[0].msg == (
+        "SCHEDULER_APP['LISTEN_DATABASE'] is 'pooled', whose DATABASES entry goes through a "
+        "transaction-pooling connection pooler too (DISABLE_SERVER_SIDE_CURSORS = True), "
+        "where runworker cannot LISTEN for new jobs."
+    )
+
+
+def test_a_direct_connection_needs_no_listen_database():
+    from scheduler_app.checks.database import check_transaction_pooling
+
+    assert check_transaction_pooling() == []
 
 
 @pytest.mark.parametrize("value", ["off", 0, None])

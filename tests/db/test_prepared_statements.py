@@ -89,3 +89,28 @@ def test_a_migration_that_changes_a_returned_columns_type_does_not_stop_the_clai
 
     for _ in range(2):
         assert len(pg.claim_jobs(**arguments)) == 1
+
+
+def test_behind_a_transaction_pooler_the_claim_loop_prepares_nothing(monkeypatch):
+    """A statement prepared in one transaction's server session is unknown to the next
+    one's behind a transaction pooler (DISABLE_SERVER_SIDE_CURSORS): nothing is prepared,
+    and CLAIM and FINISH still go out in one pipeline."""
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    for _ in range(2):
+        schedule("tests.noop")
+    connection.close()  # a new connection: nothing prepared yet
+    arguments = claim_arguments()
+    (row,) = pg.claim_jobs(**arguments)
+    done = Finish(
+        job=ClaimedJob.from_row(row),
+        status="succeeded",
+        outcome="succeeded",
+        finished_at=clock.now(),
+    )
+    accepted, claimed = pg.finish_and_claim([done.as_row()], **arguments)
+
+    assert (accepted, len(claimed)) == ({done.job.fence}, 1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        assert cursor.fetchall() == []
+    connection.close()

@@ -39,7 +39,9 @@ def test_idle_worker_wakes_on_notify(start_worker):
     single fast pickup could be luck; five in a row under 200 ms is not.
     """
     probe = schedule("tests.record")
-    worker = start_worker("--poll-interval", str(POLL_INTERVAL))
+    # No alert evaluation: its statements would follow the LISTEN on the side connection the
+    # listener shares, and worker_is_idle() looks for the LISTEN as that connection's last.
+    worker = start_worker("--poll-interval", str(POLL_INTERVAL), "--no-alerts")
     wait_until(
         lambda: Job.objects.filter(pk=probe.pk, status=Job.Status.SUCCEEDED).exists(),
         message="the probe job to succeed",

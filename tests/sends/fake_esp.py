@@ -4,9 +4,10 @@ django-anymail's real Postmark backend talks to it (``POSTMARK_API_URL``), so a 
 sees exactly what anymail makes of each answer. The local part of the address says
 how the ESP answers: ``ok...`` accepts; ``throttled...`` answers 429 (Retry-After: 1)
 the first time, then accepts; ``broken...`` answers 500 the first time, then accepts;
-``refused...`` answers 422 with Postmark's inactive-recipient code 406; ``badkey...``
-answers 401 (bad server token). Every request is recorded (address, status). It also
-answers Postal's send API (``POSTAL_API_URL``), accepting every message.
+``down...`` always answers 500; ``refused...`` answers 422 with Postmark's
+inactive-recipient code 406; ``badkey...`` answers 401 (bad server token);
+``forbidden...`` answers 403 (a suspended account). Every request is recorded (address,
+status). It also answers Postal's send API (``POSTAL_API_URL``), accepting every message.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class FakeEsp:
                 {"ErrorCode": 429, "Message": "Rate limit exceeded"},
                 {"Retry-After": "1"},
             )
-        elif local.startswith("broken") and first:
+        elif (local.startswith("broken") and first) or local.startswith("down"):
             status, body, headers = 500, {"ErrorCode": 500, "Message": "Internal error"}, {}
         elif local.startswith("refused"):
             status, headers = 422, {}
@@ -90,6 +91,9 @@ class FakeEsp:
             }
         elif local.startswith("badkey"):
             status, body, headers = 401, {"ErrorCode": 10, "Message": "Bad server token."}, {}
+        elif local.startswith("forbidden"):
+            status, headers = 403, {}
+            body = {"ErrorCode": 403, "Message": "This account is suspended."}
         else:
             status, headers = 200, {}
             body = {

@@ -23,6 +23,7 @@ from django.test import override_settings
 
 from scheduler_app.sends.providers import (
     PermanentSendError,
+    RecipientRefused,
     SenderRefused,
     SlowDown,
     TransientSendError,
@@ -58,6 +59,12 @@ class Handler:
             return "550 5.1.1 No such user"
         if address.startswith("busy@"):
             return "451 4.3.0 Mailbox busy, try again later"
+        if address.startswith("rated@"):
+            return "421 4.7.0 Too many messages from your IP, closing connection"
+        if address.startswith("hourly@"):
+            return "451 4.7.1 Recipient rate limit exceeded, try again later"
+        if address.startswith("closing@"):
+            return "421 Service not available, closing transmission channel"
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
@@ -151,7 +158,7 @@ def test_550_on_rcpt_is_permanent_for_that_recipient(smtp_server):
     with pytest.raises(PermanentSendError) as raised:
         send(port, "gone@example.com")
 
-    assert type(raised.value) is PermanentSendError
+    assert type(raised.value) is RecipientRefused
     assert str(raised.value) == (
         "The SMTP server refused the recipient gone@example.com: 550 5.1.1 No such user"
     )
@@ -181,7 +188,7 @@ def test_an_address_that_cannot_be_valid_is_permanent_and_never_reaches_the_serv
 ):
     handler, port = smtp_server
 
-    with pytest.raises(PermanentSendError) as raised:
+    with pytest.raises(RecipientRefused) as raised:
         send(port, address)
 
     assert str(raised.value) == "The address %r is not a valid email address." % address
@@ -261,6 +268,30 @@ def test_a_throttling_answer_at_mail_or_data_is_slow_down_not_the_recipients_fau
 
     assert str(raised.value) == "The SMTP server asks us to slow down: %s" % reply
     assert raised.value.delay == THROTTLED_DELAY
+
+
+@pytest.mark.parametrize(
+    ("address", "reply"),
+    [
+        ("rated@example.com", "421 4.7.0 Too many messages from your IP, closing connection"),
+        ("hourly@example.com", "451 4.7.1 Recipient rate limit exceeded, try again later"),
+        ("closing@example.com", "421 Service not available, closing transmission channel"),
+    ],
+)
+def test_a_throttling_answer_at_rcpt_is_slow_down_not_the_recipients_fault(
+    smtp_server, address, reply
+):
+    """421 (the server closes the session), or 4xx X.7.x (a policy such as a rate), at RCPT:
+    the server paces us, as at MAIL FROM or DATA. It was a transient failure charged to the
+    recipient: five throttles failed it for good."""
+    handler, port = smtp_server
+
+    with pytest.raises(SlowDown) as raised:
+        send(port, address)
+
+    assert str(raised.value) == "The SMTP server asks us to slow down: %s" % reply
+    assert raised.value.delay == THROTTLED_DELAY
+    assert handler.accepted == []
 
 
 def test_no_server_listening_is_slow_down_not_the_recipients_fault():

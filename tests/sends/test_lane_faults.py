@@ -185,3 +185,86 @@ def test_a_chunk_handed_back_keeps_each_recipients_last_error(four, make_batch):
     bob = recipient(batch, "bob@example.com")
     assert (bob.status, bob.attempts, bob.claimed_by) == ("pending", 1, "")
     assert bob.last_error == "TransientSendError: fake provider: try again"
+
+
+class UnreadableError(Exception):
+    """A project's exception whose message cannot be read (its ``__str__`` raises)."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("the message itself is broken")
+
+
+class UnreadableProvider:
+    """Raises an UnreadableError for ann; accepts the others."""
+
+    def send(self, message, idempotency_key):
+        if message.to.startswith("ann@"):
+            raise UnreadableError()
+        return "accepted-%s" % idempotency_key
+
+
+class UnbuildableProvider:
+    """A provider that cannot even be built: its constructor raises an UnreadableError."""
+
+    def __init__(self) -> None:
+        raise UnreadableError()
+
+    def send(self, message, idempotency_key):  # pragma: no cover - never built
+        return "never"
+
+
+def use_provider(settings, cls, **options) -> None:
+    settings.SCHEDULER_APP = {
+        **settings.SCHEDULER_APP,
+        "PROVIDERS": {
+            **settings.SCHEDULER_APP["PROVIDERS"],
+            "test": "%s.%s" % (cls.__module__, cls.__qualname__),
+        },
+        **options,
+    }
+
+
+UNREADABLE = "UnreadableError: <the message could not be read: RuntimeError>"
+
+
+@pytest.mark.parametrize(
+    ("max_attempts", "ann", "status"),
+    [(5, ("pending", 1), "sending"), (1, ("failed", 1), "completed")],
+)
+def test_a_provider_error_whose_message_cannot_be_read_is_the_recipients_and_the_lane_goes_on(
+    customer, make_batch, settings, max_attempts, ann, status
+):
+    """The recipient is retried (or fails at RECIPIENT_MAX_ATTEMPTS) with a described error;
+    the next recipient is sent; nothing raises out of the lane (#32 point 14)."""
+    use_provider(settings, UnreadableProvider, RECIPIENT_MAX_ATTEMPTS=max_attempts)
+    customer("ann@example.com", "Ann")
+    customer("bob@example.com", "Bob")
+    batch = make_batch(provider="test")
+
+    run_lane_now(batch)
+
+    marker = recipient(batch, "ann@example.com")
+    assert ((marker.status, marker.attempts), marker.last_error) == (ann, UNREADABLE)
+    assert recipient(batch, "bob@example.com").status == "sent"
+    batch.refresh_from_db()
+    assert (batch.status, batch.lane_errors) == (status, 0)
+
+
+def test_a_lane_error_whose_message_cannot_be_read_is_counted_and_pauses_with_a_reason(
+    four, make_batch, settings
+):
+    """A provider that raises such an error where the lane cannot go on (here building it) is a
+    lane error: counted, logged and, the third time in a row, the batch's pause reason."""
+    use_provider(settings, UnbuildableProvider)
+    batch = make_batch(provider="test")
+
+    for _ in range(3):
+        with pytest.raises(UnreadableError):
+            run_lane_job(batch)
+
+    batch.refresh_from_db()
+    assert batch.status == "paused"
+    assert batch.status_reason == (
+        "The send stopped after 3 lane errors in a row with nothing sent; last error: %s"
+        % UNREADABLE
+    )

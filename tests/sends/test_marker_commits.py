@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-from django.db import connection
+import datetime as dt
 
+import pytest
+from django.db import connection, transaction
+
+from scheduler_app.db import backend
 from scheduler_app.models import SendBatch
 from scheduler_app.sends.rendering import Message
 from tests.sends.helpers import run_lane_now
@@ -89,3 +92,43 @@ def test_the_per_recipient_marker_statement_is_prepared_once_and_planned_once(
     assert (generic, custom) == (2, 6)
     batch.refresh_from_db()
     assert (batch.status, batch.sent) == (SendBatch.Status.COMPLETED, 8)
+
+
+@pytest.fixture
+def transaction_pooled(monkeypatch):
+    """Declare the default database behind a transaction pooler (Django's
+    DISABLE_SERVER_SIDE_CURSORS), on a new connection; the connection is closed after."""
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+    connection.close()
+    yield
+    connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_a_transaction_pooler_a_lane_leaves_the_session_alone(
+    two,
+    scripted,  # noqa: F811
+    settings,
+    transaction_pooled,
+):
+    """The session serves other clients between the lane's transactions: no session SET,
+    no prepared statement. Each lane statement sets synchronous_commit for its own
+    transaction (SET LOCAL), seen here in a transaction around one of them."""
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "SEND_MARKER_SYNCHRONOUS_COMMIT": False}
+    seen = seen_during_calls(scripted)
+
+    run_lane_now(two)
+
+    assert seen == ["on", "on"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert cursor.fetchone()[0] == 0
+    two.refresh_from_db()
+    assert (two.status, two.sent) == (SendBatch.Status.COMPLETED, 2)
+
+    with backend().lane_session(synchronous_commit=False), transaction.atomic():
+        backend().claim_recipients(
+            batch_id=two.pk, claim="test", limit=1, claim_for=dt.timedelta(seconds=1)
+        )
+        assert show("synchronous_commit") == "off"
+    assert show("synchronous_commit") == "on"

@@ -31,6 +31,7 @@ from scheduler_app.models import Recipient, SendBatch
 from scheduler_app.sends.batches import resume_batch
 from scheduler_app.sends.providers import (
     PermanentSendError,
+    RecipientRefused,
     RefusedAtRcpt,
     SenderRefused,
     SendError,
@@ -237,9 +238,9 @@ def statuses(batch: SendBatch) -> dict[str, str]:
     ("stage", "reply", "expected", "refused"),
     [
         # X.1 addressing, X.2 mailbox: the recipient's status, at RCPT or at DATA.
-        ("rcpt", "550 5.1.1 No such user", PermanentSendError, "the recipient ann@example.com"),
-        ("data", "552 5.2.2 Mailbox full", PermanentSendError, "the recipient ann@example.com"),
-        ("data", "550 5.1.1 No such user", PermanentSendError, "the recipient ann@example.com"),
+        ("rcpt", "550 5.1.1 No such user", RecipientRefused, "the recipient ann@example.com"),
+        ("data", "552 5.2.2 Mailbox full", RecipientRefused, "the recipient ann@example.com"),
+        ("data", "550 5.1.1 No such user", RecipientRefused, "the recipient ann@example.com"),
         (
             "rcpt",
             "452 4.2.2 Mailbox full",
@@ -266,11 +267,24 @@ def statuses(batch: SendBatch) -> dict[str, str]:
             "us (not the recipient ann@example.com)",
         ),
         ("rcpt", "501 5.5.2 Syntax error", RefusedAtRcpt, "us (not the recipient ann@example.com)"),
-        ("data", "554 5.7.1 Message rejected as spam", SenderRefused, "the message"),
-        # 4xx stays transient; no enhanced code (or another subject): by stage, as before.
+        # X.1.7, X.1.8: our sender's address (Postfix answers its sender checks at RCPT).
         (
             "rcpt",
-            "451 4.7.1 Greylisted, try again",
+            "553 5.1.8 <news@example.com>: Sender address rejected: Domain not found",
+            RefusedAtRcpt,
+            "us (not the recipient ann@example.com)",
+        ),
+        (
+            "data",
+            "553 5.1.7 Bad sender's mailbox address syntax",
+            SenderRefused,
+            "the message",
+        ),
+        ("data", "554 5.7.1 Message rejected as spam", SenderRefused, "the message"),
+        # 4xx X.3.x stays transient; no enhanced code (or another subject): by stage.
+        (
+            "rcpt",
+            "451 4.3.2 System not accepting network messages",
             TransientSendError,
             "the recipient ann@example.com for now",
         ),
@@ -340,9 +354,76 @@ def test_one_full_mailbox_refused_at_data_fails_that_recipient_and_the_batch_goe
     assert handler.accepted == ["bob@example.com"]
     assert statuses(batch) == {"full@example.com": "failed", "bob@example.com": "sent"}
     assert recipient_error(batch, "full@example.com") == (
-        "PermanentSendError: The SMTP server refused the recipient full@example.com: "
+        "RecipientRefused: The SMTP server refused the recipient full@example.com: "
         "552 5.2.2 Mailbox full, quota exceeded"
     )
+
+
+class ThrottlesOnce:
+    """Answers the first RCPT of each address in ``addresses`` with ``reply``; accepts the rest."""
+
+    def __init__(self, reply: str, addresses: set[str]) -> None:
+        self.reply = reply
+        self.addresses = set(addresses)
+        self.accepted: list[str] = []
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+        if address in self.addresses:
+            self.addresses.discard(address)
+            return self.reply
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server, session, envelope):
+        self.accepted.extend(envelope.rcpt_tos)
+        return "250 OK"
+
+
+@pytest.mark.django_db
+def test_a_421_at_rcpt_slows_the_lane_and_costs_the_recipient_no_attempt(
+    customer, make_batch, server_factory
+):
+    """A 421 at RCPT is the server pacing us: the recipient goes back without using an
+    attempt, the lane sits the pause out and sends it again in the same run. Before, it was
+    a transient failure of the recipient (an attempt, a backoff of up to 30 s)."""
+    handler = ThrottlesOnce("421 4.7.0 Too many messages, closing connection", {"ann@example.com"})
+    port = server_factory(handler)
+    customer("ann@example.com", "Ann")
+    customer("bob@example.com", "Bob")
+    batch = make_batch(provider="email", rate_limit_key="email", breaker_window=1)
+
+    runs = run_batch(batch, port)
+
+    assert runs == [("completed", "")]
+    assert sorted(handler.accepted) == ["ann@example.com", "bob@example.com"]
+    ann = recipient(batch, "ann@example.com")
+    assert (ann.status, ann.attempts) == ("sent", 1)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("reply", "run"),
+    [
+        # The recipient's own address or mailbox: no sign the server fails.
+        ("550 5.1.1 No such user", ("completed", "")),
+        # Routing (X.4.x) may be the server's: it counts.
+        (
+            "550 5.4.4 Unable to route",
+            ("paused", "Automatic breaker: 1 of the last 1 attempts failed (threshold 50%)."),
+        ),
+    ],
+)
+def test_only_a_refusal_of_the_address_itself_stays_out_of_the_breaker(
+    customer, make_batch, server_factory, reply, run
+):
+    port = server_factory(Refuses(rcpt={"gone@example.com": reply}))
+    customer("gone@example.com")
+    customer("bob@example.com")
+    batch = make_batch(provider="email", rate_limit_key="email", breaker_window=1)
+
+    assert run_batch(batch, port) == [run]
+
+    assert recipient(batch, "gone@example.com").status == "failed"
 
 
 def recipient_error(batch: SendBatch, address: str) -> str:
@@ -582,3 +663,41 @@ def test_one_recipient_blocked_by_policy_at_rcpt_pauses_once_then_fails_alone(
     assert recipient(batch, "blocked@example.com").last_error == (
         "The SMTP server refused us (not the recipient blocked@example.com): %s" % blocked
     )
+
+
+class RefusesFirst(Refuses):
+    """Refuses as Refuses does, and holds each accepted DATA a moment: a refusal at RCPT
+    comes back before the calls in flight beside it are accepted."""
+
+    async def handle_DATA(self, server, session, envelope):
+        await asyncio.sleep(0.3)
+        return await super().handle_DATA(server, session, envelope)
+
+
+@pytest.mark.django_db
+def test_a_recipient_blocked_by_policy_beside_calls_in_flight_pauses_once_then_fails_alone(
+    customer, make_batch, server_factory, settings
+):
+    """A window of calls: the 550 5.7.1 comes back before the server accepts the calls in
+    flight beside it, so the batch pauses (it may be a relay denial for everyone), and those
+    calls are sent meanwhile. Resumed, the blocked address is the only one left: nothing in
+    this run shows the server takes others, but it was refused so before and the server
+    took others of the batch since the batch started, so it fails alone. Before, the batch
+    paused again at every resume."""
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "SEND_WINDOW": 4}
+    blocked = "550 5.7.1 Recipient address rejected by policy"
+    customer("blocked@example.com")
+    customer("ann@example.com")
+    customer("bob@example.com")
+    port = server_factory(RefusesFirst(rcpt={"blocked@example.com": blocked}))
+    batch = make_batch(provider="email", rate_limit_key="email")
+
+    runs = run_batch(batch, port, resumes=2)
+
+    assert [status for status, _ in runs] == ["paused", "completed"]
+    assert statuses(batch) == {
+        "blocked@example.com": "failed",
+        "ann@example.com": "sent",
+        "bob@example.com": "sent",
+    }
+    assert recipient(batch, "blocked@example.com").attempts == 1

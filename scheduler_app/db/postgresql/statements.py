@@ -14,6 +14,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.datetime import TimestamptzLoader
 
 from scheduler_app.database import connection
+from scheduler_app.db import transaction_pooled
 
 T = TypeVar("T")
 
@@ -95,12 +96,17 @@ def prepare_when_asked() -> psycopg.Connection:
     is prepared, ``prepare=True`` included (unless the project's OPTIONS set a threshold,
     which is then kept). ONLY_WHEN_ASKED stays set for the life of the connection: psycopg
     then keeps track of what DEALLOCATE or DISCARD drop, and no other statement is
-    prepared. Workers need a session of their own anyway (LISTEN, synchronous_commit): not
-    a pooler in transaction mode.
+    prepared.
+
+    Behind a transaction pooler (scheduler_app.db.transaction_pooled()) the connection is
+    left as Django made it: a statement prepared in one transaction's server session is
+    unknown to the next one's, so nothing is prepared, unless the project's OPTIONS set
+    ``prepare_threshold``, which asks for psycopg's protocol-level prepared statements
+    (PgBouncer 1.21+ with ``max_prepared_statements``; 1.22+ for prepared_again()).
     """
     connection.ensure_connection()
     raw = connection.connection
-    if raw.prepare_threshold is None:
+    if raw.prepare_threshold is None and not transaction_pooled():
         raw.prepare_threshold = ONLY_WHEN_ASKED
     return raw
 

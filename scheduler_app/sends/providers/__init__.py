@@ -2,9 +2,11 @@
 
 ``send(message, idempotency_key) -> provider message id``. Raise
 TransientSendError to retry that recipient later, PermanentSendError to
-fail it (the address will never work), SenderRefused when the fault is
-ours (sender, message, credentials: the batch pauses, no recipient is
-charged), SlowDown to defer it without using an attempt (HTTP 429).
+fail it (it will never work), RecipientRefused (a PermanentSendError) when
+the provider refused the address itself (unknown, invalid, suppressed: the
+breaker does not count it), SenderRefused when the fault is ours (sender,
+message, credentials: the batch pauses, no recipient is charged), SlowDown
+to defer it without using an attempt (HTTP 429).
 Providers are named in SCHEDULER_APP['PROVIDERS'] (name -> dotted path).
 A provider may keep a connection per thread between sends: a lane's sender
 threads (sends.window) each call its optional ``open()`` when they start and
@@ -43,6 +45,12 @@ class PermanentSendError(SendError):
     """A failure that will not pass (bad address, rejected content)."""
 
     code = "permanent_send_error"
+
+
+class RecipientRefused(PermanentSendError):
+    """The provider refused the recipient's address itself (unknown, invalid, suppressed)."""
+
+    code = "recipient_refused"
 
 
 class SenderRefused(SendError):

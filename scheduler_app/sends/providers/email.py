@@ -17,6 +17,7 @@ from scheduler_app.conf import app_settings, message_id_domain
 from scheduler_app.sends.addresses import validate_address
 from scheduler_app.sends.providers import (
     PermanentSendError,
+    RecipientRefused,
     RefusedAtRcpt,
     SenderRefused,
     SendError,
@@ -59,14 +60,17 @@ class DjangoEmailProvider:
     fails as transient (it may have been sent).
     Whose fault a refusal is decides what happens next: an address Django
     cannot build a message for, or 5xx on RCPT, is permanent for that
-    recipient; 5xx on AUTH, MAIL FROM or DATA is SenderRefused (ours, not
-    the recipient's); 421, and 4xx X.7.x (policy, e.g. a rate) at MAIL FROM or
-    DATA, are SlowDown (the server paces us: the lane's window shrinks); other
-    4xx, timeouts and dropped connections are transient; a server that cannot
-    be reached (nothing was sent) is SlowDown. An RFC 3463
-    enhanced code overrides the stage (one recipient per transaction): X.1/X.2
-    (address, mailbox) at RCPT or DATA is the recipient's, 5xx X.3/X.5/X.7
-    (system, protocol, policy) at RCPT is ours.
+    recipient (RecipientRefused, which the breaker does not count, when the
+    address is invalid or the enhanced code names the address or mailbox);
+    5xx on AUTH, MAIL FROM or DATA is SenderRefused (ours, not the
+    recipient's); 421, and 4xx X.7.x (policy, e.g. a rate), at RCPT, MAIL
+    FROM or DATA, are SlowDown (the server paces us: the lane's window shrinks,
+    nobody is charged); other 4xx, timeouts and dropped connections are
+    transient; a server that cannot be reached (nothing was sent) is SlowDown.
+    An RFC 3463 enhanced code overrides the stage (one recipient per
+    transaction): X.1/X.2 (address, mailbox) at RCPT or DATA is the
+    recipient's, 5xx X.3/X.5/X.7 (system, protocol, policy) and X.1.7/X.1.8
+    (our sender's address) at RCPT is ours.
     """
 
     def __init__(self) -> None:
@@ -113,7 +117,7 @@ class DjangoEmailProvider:
             # package refuses a bad address differs between versions (even IndexError).
             validate_address(message.to)  # the dry-run's rule too (sends.addresses)
         except ValidationError as exc:
-            raise PermanentSendError(
+            raise RecipientRefused(
                 "The address %r is not a valid email address." % message.to
             ) from exc
         connection = self._open()
@@ -183,11 +187,14 @@ def _send_error(exc: Exception, address: str, connection: Any) -> Exception:
 
 
 #: An RFC 3463 enhanced status code opening a reply: class.subject.detail.
-ENHANCED_CODE = re.compile(r"[245]\.(\d{1,3})\.\d{1,3}(?!\S)")
+ENHANCED_CODE = re.compile(r"[245]\.(\d{1,3}\.\d{1,3})(?!\S)")
 #: Subjects about the recipient: addressing (X.1.x), mailbox (X.2.x).
 RECIPIENT_SUBJECTS = frozenset({"1", "2"})
 #: Subjects about us: mail system (X.3.x), protocol (X.5.x), security or policy (X.7.x).
 OUR_SUBJECTS = frozenset({"3", "5", "7"})
+#: Addressing codes about our sender, not the recipient: bad sender's mailbox syntax (X.1.7),
+#: bad sender's system address (X.1.8). Postfix answers its sender checks at RCPT.
+SENDER_CODES = frozenset({"1.7", "1.8"})
 
 
 def _alive(connection: Any) -> bool:
@@ -210,17 +217,48 @@ def _unreachable(exc: Exception) -> SlowDown:
     return SlowDown(UNREACHABLE_DELAY, "The SMTP server cannot be reached: %s" % reason)
 
 
-def _subject(reply: str) -> str:
-    """Return the subject of the reply's enhanced status code, '' if it has none."""
+def _code(reply: str) -> str:
+    """Return the subject and detail of the reply's enhanced status code ("1.1"), '' if it
+    has none."""
     match = ENHANCED_CODE.match(reply)
     return match.group(1) if match else ""
 
 
+def _subject(reply: str) -> str:
+    """Return the subject of the reply's enhanced status code, '' if it has none."""
+    return _code(reply).partition(".")[0]
+
+
+def _names_recipient(reply: str) -> bool:
+    """Return True if the reply's enhanced code is about the recipient's address or mailbox."""
+    return _subject(reply) in RECIPIENT_SUBJECTS and _code(reply) not in SENDER_CODES
+
+
+def _names_us(reply: str) -> bool:
+    """Return True if the reply's enhanced code is about us: our system, protocol, policy
+    standing or sender address."""
+    return _subject(reply) in OUR_SUBJECTS or _code(reply) in SENDER_CODES
+
+
+def _throttles(code: int, reply: str) -> bool:
+    """Return True if the reply is the server pacing us: 421 (it closes the session), or 4xx
+    X.7.x (a policy such as a rate), whatever command it answered."""
+    return code == 421 or (400 <= code < 500 and _subject(reply) == "7")
+
+
+def _slow_down(code: int, reply: str) -> SlowDown:
+    """Return the error for a throttling answer: nobody's fault, nothing was sent."""
+    return SlowDown(THROTTLED_DELAY, "The SMTP server asks us to slow down: %s %s" % (code, reply))
+
+
 def _recipients_refused(exc: smtplib.SMTPRecipientsRefused) -> SendError:
-    """Return the error for a refused RCPT: the recipient's, unless a 5xx says it is ours."""
+    """Return the error for a refused RCPT: the recipient's, unless a 5xx says it is ours or
+    the server paces us."""
     address, (code, text) = next(iter(exc.recipients.items()))
     reply = _text(text)
-    if code >= 500 and _subject(reply) in OUR_SUBJECTS:  # e.g. 554 5.7.1 Relay access denied
+    if _throttles(code, reply):
+        return _slow_down(code, reply)
+    if code >= 500 and _names_us(reply):  # e.g. 554 5.7.1 Relay access denied
         return RefusedAtRcpt(
             "The SMTP server refused us (not the recipient %s): %s %s" % (address, code, reply)
         )
@@ -228,11 +266,11 @@ def _recipients_refused(exc: smtplib.SMTPRecipientsRefused) -> SendError:
 
 
 def _recipient_refused(address: str, code: int, reply: str) -> SendError:
-    """Return the error for a refusal of the recipient: 5xx permanent, 4xx transient."""
+    """Return the error for a refusal of the recipient: 5xx permanent (RecipientRefused when
+    its enhanced code names the address or mailbox), 4xx transient."""
     if code >= 500:
-        return PermanentSendError(
-            "The SMTP server refused the recipient %s: %s %s" % (address, code, reply)
-        )
+        error = RecipientRefused if _names_recipient(reply) else PermanentSendError
+        return error("The SMTP server refused the recipient %s: %s %s" % (address, code, reply))
     return TransientSendError(
         "The SMTP server refused the recipient %s for now: %s %s" % (address, code, reply)
     )
@@ -242,15 +280,10 @@ def _refused(exc: smtplib.SMTPResponseException, address: str) -> SendError:
     """Return the error for a refusal of AUTH, MAIL FROM or DATA: ours, unless the reply
     to DATA is about the recipient's address or mailbox (e.g. 552 5.2.2 Mailbox full)."""
     reply = _text(exc.smtp_error)
-    if isinstance(exc, smtplib.SMTPDataError) and _subject(reply) in RECIPIENT_SUBJECTS:
+    if _throttles(exc.smtp_code, reply):
+        return _slow_down(exc.smtp_code, reply)
+    if isinstance(exc, smtplib.SMTPDataError) and _names_recipient(reply):
         return _recipient_refused(address, exc.smtp_code, reply)
-    if exc.smtp_code == 421 or (400 <= exc.smtp_code < 500 and _subject(reply) == "7"):
-        # The server paces us (421 closes the session; 4xx X.7.x is a policy such as a
-        # rate): nobody's fault, nothing was sent, the lane slows down.
-        return SlowDown(
-            THROTTLED_DELAY,
-            "The SMTP server asks us to slow down: %s %s" % (exc.smtp_code, reply),
-        )
     if isinstance(exc, smtplib.SMTPAuthenticationError):
         what = "our credentials"
     elif isinstance(exc, smtplib.SMTPSenderRefused):

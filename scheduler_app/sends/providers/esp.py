@@ -4,8 +4,9 @@ django-anymail turns an ESP's HTTP answers into its own exceptions, whose base
 classes say nothing of whose fault they are (``AnymailRequestsAPIError`` is an
 ``OSError``, ``AnymailInvalidAddress`` a ``ValueError``). The email provider
 asks this module first: 429 slows the lane down (nobody is charged), 401/403
-are ours (the batch pauses), a refused or invalid recipient and other 4xx
-answers are that recipient's for good, 5xx and network errors may pass.
+are ours (the batch pauses), a refused or invalid recipient is that recipient's
+for good (RecipientRefused: the breaker does not count it), other 4xx answers
+fail that recipient for good, 5xx and network errors may pass.
 Without django-anymail installed, nothing here applies.
 """
 
@@ -16,6 +17,7 @@ import datetime as dt
 from scheduler_app.exceptions import parse_retry_after
 from scheduler_app.sends.providers import (
     PermanentSendError,
+    RecipientRefused,
     SenderRefused,
     SendError,
     SlowDown,
@@ -29,7 +31,8 @@ except ImportError:  # django-anymail is optional
 
 #: How long a lane pauses after a 429 that says nothing of when to come back.
 THROTTLED_DELAY = dt.timedelta(seconds=1)
-#: The most of an ESP's error text kept on a recipient (anymail adds the whole response).
+#: The most of an ESP's error text kept on a recipient or a pause's reason (anymail adds
+#: the whole response).
 ERROR_TEXT = 300
 
 
@@ -40,7 +43,7 @@ def esp_error(exc: BaseException, address: str) -> SendError | None:
         return None
     text = _text(exc)
     if isinstance(exc, anymail.AnymailRecipientsRefused | anymail.AnymailInvalidAddress):
-        return PermanentSendError("The ESP refused the recipient %s: %s" % (address, text))
+        return RecipientRefused("The ESP refused the recipient %s: %s" % (address, text))
     if not isinstance(exc, anymail.AnymailAPIError):
         return None  # configuration, serialisation: not an answer of the ESP
     status = getattr(exc, "status_code", None)
@@ -80,5 +83,8 @@ def _retry_after(exc: BaseException) -> dt.timedelta:
 
 
 def _text(exc: BaseException) -> str:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return first[:ERROR_TEXT]
+    """Return anymail's text of ``exc`` on one line, cut at ERROR_TEXT: its first line says
+    only the status ("Postmark API response 403 (Forbidden):"); the ESP's answer, which
+    says why, follows on the next lines."""
+    text = " ".join(str(exc).split())
+    return (text or type(exc).__name__)[:ERROR_TEXT]

@@ -5,9 +5,10 @@ Two contracts, and the loop only schedules them:
 - a ``Duty`` runs on the loop's thread: between turns the loop calls ``run()`` once
   ``interval()`` seconds have passed since the last time (``kill_switches``, ``rescue``,
   ``send_sweeper``, ``heartbeat``, ``summary``, ``schedules``);
-- a ``DutyThread`` runs on a thread of its own, with its own connection, so that it can
-  neither delay the loop nor be delayed by it (``lease_renewal``, ``alerts``); the loop
-  only checks that it is alive.
+- a ``DutyThread`` runs on a thread of its own, so that it can neither delay the loop nor
+  be delayed by it (``lease_renewal``, ``alerts``); it reaches the database through the
+  process's side connection (scheduler_app.side_connection), which it shares with the
+  other side threads; the loop only checks that it is alive.
 
 The LISTEN thread that wakes the loop is scheduler_app.worker.wakeup.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from django.db import connection
 
+from scheduler_app.side_connection import SideConnection, side_connection
 from scheduler_app.worker.outcomes import CONNECTION_ERRORS
 
 logger = logging.getLogger("scheduler_app.worker")
@@ -50,10 +52,11 @@ class Duty:
 
 class DutyThread(threading.Thread):
     """A side duty on a thread of its own: ``step()`` after each of ``delays`` seconds
-    until ``stop`` is set, on the thread's own connection.
+    until ``stop`` is set; ``step`` takes its turns on the side connection itself.
 
-    A lost connection is logged and closed, and the next step tries again; any other
-    error ends the thread, and the loop, finding it dead, stops the worker loudly.
+    A lost connection is logged and the side connection closed, and the next step tries
+    again; any other error ends the thread, and the loop, finding it dead, stops the
+    worker loudly.
     """
 
     def __init__(
@@ -75,16 +78,21 @@ class DutyThread(threading.Thread):
         self.stop_event = stop
 
     def run(self) -> None:
+        side = side_connection()
         try:
-            for delay in self.delays:
-                if self.stop_event.wait(delay):
-                    return
-                try:
-                    self.step()
-                except CONNECTION_ERRORS as exc:
-                    logger.warning(
-                        "%s failed, will retry worker=%s error=%s", self.duty, self.worker_id, exc
-                    )
-                    connection.close()
+            with side.kept():
+                self._steps(side)
         finally:
-            connection.close()
+            connection.close()  # in case a step used the thread's own connection
+
+    def _steps(self, side: SideConnection) -> None:
+        for delay in self.delays:
+            if self.stop_event.wait(delay):
+                return
+            try:
+                self.step()
+            except CONNECTION_ERRORS as exc:
+                logger.warning(
+                    "%s failed, will retry worker=%s error=%s", self.duty, self.worker_id, exc
+                )
+                side.close()

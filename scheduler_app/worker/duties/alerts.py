@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 
 from scheduler_app.alerts.evaluator import evaluate_quietly
+from scheduler_app.side_connection import side_connection
 from scheduler_app.worker.duties import DutyThread
 
 
@@ -24,7 +25,7 @@ def alert_evaluation(*, worker_id: str, every: float, stop: threading.Event) -> 
         duty="alert evaluation",
         worker_id=worker_id,
         delays=_jittered(every),
-        step=evaluate_quietly,
+        step=lambda: evaluate_quietly(turn=side_connection().use),
         stop=stop,
     )
 

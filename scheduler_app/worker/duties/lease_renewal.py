@@ -8,6 +8,7 @@ import itertools
 import threading
 from collections.abc import Callable
 
+from scheduler_app.side_connection import side_connection
 from scheduler_app.worker import holds, leases
 from scheduler_app.worker.duties import DutyThread
 
@@ -28,8 +29,9 @@ def lease_renewal(
 
     def renew() -> None:
         running, held = leased()
-        leases.renew(worker_id, running, lease)
-        holds.extend(held, lease)
+        with side_connection().use():
+            leases.renew(worker_id, running, lease)
+            holds.extend(held, lease)
 
     return DutyThread(
         name="scheduler-leases",
