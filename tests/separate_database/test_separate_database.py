@@ -62,6 +62,41 @@ def test_a_worker_runs_each_job_once_with_the_tables_on_their_own_database(start
     assert Counter(Run.objects.values_list("job_id", flat=True)) == {job.pk: 1 for job in jobs}
 
 
+def backends(alias: str) -> list[tuple[str, str]]:
+    """Return (state, last query) of every other connection to the test database ``alias``."""
+    with connections[alias].cursor() as cursor:
+        cursor.execute(
+            "SELECT state, query FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchall()
+
+
+def idle_and_listening(alias: str) -> bool:
+    """Return True once a worker LISTENs on ``alias`` and none of its connections is busy."""
+    found = backends(alias)
+    return ("idle", "LISTEN scheduler_app_jobs") in found and all(s == "idle" for s, _ in found)
+
+
+def test_an_idle_worker_listens_on_the_scheduler_database_and_wakes_at_once(start_worker):  # noqa: F811
+    """The NOTIFY of schedule() goes out on "scheduler", and the worker LISTENs there:
+    five jobs start within milliseconds, not at the 30 s poll (nor the kill switches' 1 s)."""
+    start_worker("--poll-interval", "30", "--no-alerts", env=worker_env())
+    pickups = []
+    for _ in range(5):
+        wait_until(lambda: idle_and_listening("scheduler"), message="the worker to go idle")
+        job = schedule("tests.record")
+        wait_until(
+            lambda job=job: Run.objects.filter(job_id=job.pk).exists(),
+            timeout=30,
+            message="the job to start",
+        )
+        stored = Job.objects.get(pk=job.pk)
+        pickups.append((stored.started_at - stored.created_at).total_seconds())
+    assert max(pickups) < 0.2, pickups
+    assert ("idle", "LISTEN scheduler_app_jobs") not in backends("default")
+
+
 def test_a_send_to_a_business_audience_completes_once_per_recipient(start_worker):  # noqa: F811
     """The audience (customers, on "default") is frozen into Recipient rows on "scheduler"
     across the two databases, and every recipient gets exactly one provider call."""
