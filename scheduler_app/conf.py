@@ -26,7 +26,7 @@ DEFAULTS: dict[str, Any] = {
     "CONCURRENCY": 16,
     "CLAIM_BATCH_SIZE": 100,
     "POLL_INTERVAL": 1.0,
-    # Where runworker LISTENs for new jobs: None, on its side connection to the default
+    # Where runworker LISTENs for new jobs: None, on its side connection to the scheduler's
     # database; an alias, on a connection of its own to that database; "", nowhere (poll).
     "LISTEN_DATABASE": None,
     "LEASE_SECONDS": 30.0,
@@ -151,9 +151,10 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "LISTEN_DATABASE": (
         "Where `runworker` LISTENs for the NOTIFY that wakes it when a job is scheduled "
-        "(PostgreSQL). `None`: on the connection its side threads share, to the default "
-        "database. An alias of `DATABASES`: on a connection of its own to that database; "
-        "use a direct connection's alias when the default database goes through a "
+        "(PostgreSQL). `None`: on the connection its side threads share, to the "
+        "scheduler's database (`DATABASE`). An alias of `DATABASES`: on a connection of its "
+        "own to that database; use a direct connection's alias when the scheduler's "
+        "database goes through a "
         'transaction pooler, which cannot keep a LISTEN. `""`: nowhere; the worker '
         "looks for due jobs every `POLL_INTERVAL`."
     ),

@@ -20,7 +20,7 @@ import os
 import threading
 from collections.abc import Iterator
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from scheduler_app.database import alias
@@ -29,7 +29,7 @@ from scheduler_app.database import alias
 class SideConnection:
     """A connection that threads take turns on, each for a ``use()`` block."""
 
-    def __init__(self, alias: str = DEFAULT_DB_ALIAS) -> None:
+    def __init__(self, alias: str) -> None:
         own = connections[alias]
         settings_dict = copy.deepcopy(own.settings_dict)
         settings_dict.get("OPTIONS", {}).pop("pool", None)

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import InterfaceError, OperationalError
 
 from scheduler_app.alerts import rules
 from scheduler_app.alerts.store import (
@@ -25,6 +25,7 @@ from scheduler_app.alerts.store import (
 )
 from scheduler_app.alerts.targets import task_targets
 from scheduler_app.conf import app_settings
+from scheduler_app.database import atomic, connection
 from scheduler_app.db import backend, database_now
 from scheduler_app.models import Alert, Schedule
 from scheduler_app.workers import mark_lost_workers
@@ -53,7 +54,7 @@ def evaluate(*, turn: Callable[[], AbstractContextManager[object]] = nullcontext
     due, including the retries of failed ones. The database is used inside ``turn()``
     blocks only, and no delivery is (see deliver_notices).
     """
-    with turn(), transaction.atomic():
+    with turn(), atomic():
         if not _take_lock():
             return Evaluation(skipped=True)
         now = database_now()
@@ -84,7 +85,7 @@ def _run_rules(now: dt.datetime) -> tuple[list[rules.Finding], list[str]]:
     failed: list[str] = []
     for kind, rule in rules.RULES.items():
         try:
-            with transaction.atomic():  # a failing statement must not abort the others
+            with atomic():  # a failing statement must not abort the others
                 findings.extend(rule(situation))
         except (OperationalError, InterfaceError):
             raise

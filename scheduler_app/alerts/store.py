@@ -8,13 +8,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import F
 
 from scheduler_app import clock
 from scheduler_app.alerts.notifiers import OPENED, RESOLVED, configured_notifiers
 from scheduler_app.conf import app_settings
 from scheduler_app.controls import as_user
+from scheduler_app.database import atomic, on_commit
 from scheduler_app.models import Alert
 from scheduler_app.signals import alert_opened, alert_resolved
 
@@ -45,7 +46,7 @@ def open_alert(
     if refreshed.update(last_seen_at=now, **fields):
         return refreshed.get(), False
     try:
-        with transaction.atomic():
+        with atomic():
             reopened = _reopen(kind, subject, now, fields)
             if reopened is not None:
                 return reopened, False
@@ -62,7 +63,7 @@ def open_alert(
         return Alert.objects.open().get(kind=kind, subject=subject), False
     logger.warning("alert opened kind=%s subject=%s summary=%s", kind, subject, summary)
     if deliver:
-        transaction.on_commit(lambda: deliver_notices(now, alert_id=alert.pk))
+        on_commit(lambda: deliver_notices(now, alert_id=alert.pk))
     return alert, True
 
 

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 from django.db.models import F
 
 from scheduler_app.conf import app_settings
@@ -567,10 +567,10 @@ class Worker(AbandonedThreadsMixin, DrainMixin):
                 outcome: Finish | BaseException = execute(running.job, self._stopping.is_set)
             except BaseException as exc:
                 outcome = exc
-            # A handler thread holds a connection only while its handler runs, whatever
-            # CONN_MAX_AGE says (with Django's pool, close() hands it back to the pool).
+            # A handler thread holds connections only while its handler runs, whatever
+            # CONN_MAX_AGE says (with Django's pool, closing hands one back to the pool).
             try:
-                connection.close()
+                connections.close_all()
             except DatabaseError:
                 logger.warning("could not close a handler's connection job=%s", running.job.id)
             with self._lock:

@@ -188,3 +188,29 @@ def test_outbox_inside_a_transaction_of_the_scheduler_database_writes_in_it():
         job = schedule("tests.record")
         assert job.pk is not None
     assert Job.objects.filter(pk=job.pk).exists()
+
+
+def test_one_alert_evaluation_at_a_time_on_the_scheduler_s_database(monkeypatch):
+    """The evaluator's transaction-level lock is held through its transaction on the
+    scheduler's database. With the transaction on "default", the lock's statement ran in
+    autocommit on the scheduler's connection and was let go at once: a second evaluator
+    could take it while the first one's rules ran."""
+    from scheduler_app.alerts import rules
+    from scheduler_app.alerts.evaluator import evaluate
+    from scheduler_app.db.postgresql.locks import ALERT_LOCK
+
+    other = connections.create_connection("scheduler")
+    taken_by_another: list[bool] = []
+
+    def another_evaluator_tries(situation):
+        with other.cursor() as cursor:
+            cursor.execute(ALERT_LOCK)
+            taken_by_another.append(cursor.fetchone()[0])
+        return []
+
+    monkeypatch.setitem(rules.RULES, "another_evaluator_tries", another_evaluator_tries)
+    try:
+        assert not evaluate().skipped
+    finally:
+        other.close()
+    assert taken_by_another == [False]

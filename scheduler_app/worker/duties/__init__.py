@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from django.db import connection
+from django.db import connections
 
 from scheduler_app.side_connection import SideConnection, side_connection
 from scheduler_app.worker.outcomes import CONNECTION_ERRORS
@@ -83,7 +83,7 @@ class DutyThread(threading.Thread):
             with side.kept():
                 self._steps(side)
         finally:
-            connection.close()  # in case a step used the thread's own connection
+            connections.close_all()  # in case a step used the thread's own connections
 
     def _steps(self, side: SideConnection) -> None:
         for delay in self.delays:
