@@ -132,3 +132,27 @@ def test_behind_a_transaction_pooler_a_lane_leaves_the_session_alone(
         )
         assert show("synchronous_commit") == "off"
     assert show("synchronous_commit") == "on"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_behind_a_transaction_pooler_a_lane_sets_what_it_wants_whatever_the_session_holds(
+    two, transaction_pooled
+):
+    """A server session may keep a synchronous_commit that another client SET on it: the
+    lane sets the one it wants on each of its transactions, even where it is the server's
+    default. It compared with the value one session held, once, and then trusted sessions
+    it had never looked at."""
+    try:
+        with backend().lane_session(synchronous_commit=True):
+            # The lane's next transaction lands on a server session another client left
+            # with synchronous_commit off (here: the same session, SET since the lane began).
+            with connection.cursor() as cursor:
+                cursor.execute("SET synchronous_commit TO off")
+            with transaction.atomic():
+                backend().claim_recipients(
+                    batch_id=two.pk, claim="test", limit=1, claim_for=dt.timedelta(seconds=1)
+                )
+                assert show("synchronous_commit") == "on"
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET synchronous_commit")

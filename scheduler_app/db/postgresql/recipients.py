@@ -191,9 +191,6 @@ SELECT current_setting('synchronous_commit'), set_config('synchronous_commit', %
 RESTORE_SESSION = "SELECT set_config('synchronous_commit', %s, false)"
 """Give the connection back as it was before LANE_SESSION."""
 
-SERVER_SYNCHRONOUS_COMMIT = "SELECT current_setting('synchronous_commit')"
-"""Behind a transaction pooler: the setting a lane's transactions get unless they set one."""
-
 LANE_TRANSACTION = "SELECT set_config('synchronous_commit', %s, true)"
 """Behind a transaction pooler: a lane's synchronous_commit for one transaction (SET LOCAL),
 sent before its statement in the same pipeline (see _execute)."""
@@ -219,18 +216,16 @@ def lane_session(*, synchronous_commit: bool) -> Iterator[None]:
     connection instead of once per recipient (about half of its CPU in PostgreSQL).
 
     Behind a transaction pooler (scheduler_app.db.transaction_pooled()) the session is
-    left alone: it serves other clients between the lane's transactions. Where the server's
-    synchronous_commit is not the one wanted, each of the lane's own statements sets it for
-    its transaction instead (LANE_TRANSACTION, in the same round trip); nothing is prepared
-    unless the project asks (see prepare_when_asked()).
+    left alone: it serves other clients between the lane's transactions. Each of the lane's
+    own statements sets synchronous_commit for its transaction instead (LANE_TRANSACTION,
+    in the same round trip), always: a server session may keep a value another client SET
+    on it, and the next transaction may run on any of them. Nothing is prepared unless the
+    project asks (see prepare_when_asked()).
     """
     wanted = "on" if synchronous_commit else "off"
     if transaction_pooled():
-        with connection.cursor() as cursor:
-            cursor.execute(SERVER_SYNCHRONOUS_COMMIT)
-            server = cursor.fetchone()[0]
         prepare_when_asked()
-        _lane.synchronous_commit = None if server == wanted else wanted
+        _lane.synchronous_commit = wanted
         try:
             yield
         finally:
