@@ -45,18 +45,20 @@ class SideConnection:
     def use(self) -> Iterator[BaseDatabaseWrapper]:
         """Make the shared connection this thread's for the block, once no other thread
         uses it; yield it."""
+        own = connections[self.alias]
         with self._waiting_changed:
             self._waiting += 1
         self._turn.acquire()
-        with self._waiting_changed:
-            self._waiting -= 1
-            self._waiting_changed.notify_all()
-        own = connections[self.alias]
-        connections[self.alias] = self.wrapper
         try:
-            yield self.wrapper
+            with self._waiting_changed:
+                self._waiting -= 1
+                self._waiting_changed.notify_all()
+            connections[self.alias] = self.wrapper
+            try:
+                yield self.wrapper
+            finally:
+                connections[self.alias] = own
         finally:
-            connections[self.alias] = own
             self._turn.release()
 
     def let_others_in(self, timeout: float) -> None:
@@ -88,7 +90,7 @@ class SideConnection:
 
 
 _lock = threading.Lock()
-_side: dict[int, SideConnection] = {}  # pid -> its side connection
+_side: dict[tuple[int, str], SideConnection] = {}  # (pid, alias) -> its side connection
 
 
 def _forget_after_fork() -> None:
@@ -103,8 +105,8 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
 
 def side_connection() -> SideConnection:
     """Return this process's side connection."""
-    pid = os.getpid()
+    key = (os.getpid(), alias())
     with _lock:
-        if pid not in _side:
-            _side[pid] = SideConnection(alias())
-        return _side[pid]
+        if key not in _side:
+            _side[key] = SideConnection(key[1])
+        return _side[key]

@@ -46,15 +46,23 @@ class Evaluation:
     lost_workers: int = 0
 
 
-def evaluate(*, turn: Callable[[], AbstractContextManager[object]] = nullcontext) -> Evaluation:
+def evaluate(
+    *,
+    turn: Callable[[], AbstractContextManager[object]] = nullcontext,
+    time_limit: float | None = None,
+) -> Evaluation:
     """Evaluate every rule once; open, refresh and resolve alerts; deliver what changed.
 
     A rule that raises is logged and skipped (its alerts stay as they are);
     connection errors propagate. Deliveries happen after the commit: the notices now
     due, including the retries of failed ones. The database is used inside ``turn()``
-    blocks only, and no delivery is (see deliver_notices).
+    blocks only, and no delivery is (see deliver_notices). On PostgreSQL, ``time_limit``
+    (seconds) cancels the evaluation when a statement of it runs or waits for a lock longer
+    (an OperationalError): a worker's evaluation shares its turns with the lease renewal.
     """
     with turn(), atomic():
+        if time_limit is not None and connection.vendor == "postgresql":
+            backend().limit_transaction(time_limit)
         if not _take_lock():
             return Evaluation(skipped=True)
         now = database_now()
@@ -120,10 +128,15 @@ def _apply(
     return opened, still_open, resolved
 
 
-def evaluate_quietly(*, turn: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
-    """Evaluate for a worker's Duty: log any error but a lost connection, never raise it."""
+def evaluate_quietly(
+    *,
+    turn: Callable[[], AbstractContextManager[object]] = nullcontext,
+    time_limit: float | None = None,
+) -> None:
+    """Evaluate for a worker's Duty: log any error but a database's (a lost connection, a
+    time limit), never raise it."""
     try:
-        evaluate(turn=turn)
+        evaluate(turn=turn, time_limit=time_limit)
     except (OperationalError, InterfaceError):
         raise
     except Exception:

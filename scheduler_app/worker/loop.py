@@ -545,7 +545,10 @@ class Worker(AbandonedThreadsMixin, DrainMixin):
         self._renewer.start()
         if self.options.alert_interval is not None:
             self._alerter = alert_evaluation(
-                worker_id=self.id, every=self.options.alert_interval, stop=self._stopping
+                worker_id=self.id,
+                every=self.options.alert_interval,
+                lease_seconds=self.options.lease_seconds,
+                stop=self._stopping,
             )
             self._alerter.start()
 
@@ -571,8 +574,8 @@ class Worker(AbandonedThreadsMixin, DrainMixin):
             # CONN_MAX_AGE says (with Django's pool, closing hands one back to the pool).
             try:
                 connections.close_all()
-            except DatabaseError:
-                logger.warning("could not close a handler's connection job=%s", running.job.id)
+            except Exception:  # the outcome must reach the loop whatever closing did
+                logger.exception("could not close a handler's connection job=%s", running.job.id)
             with self._lock:
                 running.returned = True
                 abandoned = running.abandoned

@@ -17,7 +17,7 @@ import psycopg
 from django.db import DatabaseError, connections
 
 from scheduler_app.db.postgresql import CHANNEL
-from scheduler_app.side_connection import side_connection
+from scheduler_app.side_connection import SideConnection, side_connection
 
 logger = logging.getLogger("scheduler_app.worker")
 
@@ -63,6 +63,7 @@ class Listener(threading.Thread):
             side = side_connection()
             with side.kept():
                 self._retrying(self._listen_on_side)
+                self._unlisten(side)
         else:
             self._retrying(self._listen_on_own)
 
@@ -85,6 +86,17 @@ class Listener(threading.Thread):
                 wrapper.ensure_connection()
                 self._hear(self._listening(wrapper.connection))
             side.let_others_in(timeout=STOP_CHECK_INTERVAL)
+
+    def _unlisten(self, side: SideConnection) -> None:
+        """Stop listening on the side connection, which other side threads may keep open:
+        notifications nobody reads would pile up in its backlog."""
+        try:
+            with side.use() as wrapper:
+                if wrapper.connection is not None and wrapper.connection is self._listened_on:
+                    wrapper.connection.execute("UNLISTEN *")
+        except (psycopg.Error, DatabaseError):
+            pass  # a connection that is gone listens to nothing
+        self._listened_on = None
 
     def _listen_on_own(self) -> None:
         params = connections[self.alias].get_connection_params()

@@ -29,7 +29,11 @@ from scheduler_app.db.postgresql.jobs import (
     start_jobs,
 )
 from scheduler_app.db.postgresql.lateness import lateness_percentiles
-from scheduler_app.db.postgresql.locks import try_alert_lock, try_scheduler_lock
+from scheduler_app.db.postgresql.locks import (
+    limit_transaction,
+    try_alert_lock,
+    try_scheduler_lock,
+)
 from scheduler_app.db.postgresql.prune import prune_finished_jobs
 from scheduler_app.db.postgresql.recipients import (
     begin_recipients,
@@ -53,6 +57,7 @@ __all__ = [
     "freeze_recipients",
     "lane_session",
     "lateness_percentiles",
+    "limit_transaction",
     "mark_and_begin",
     "mark_recipients",
     "notify",

@@ -1,4 +1,5 @@
-"""Advisory locks that let one process at a time do a duty every worker offers to do."""
+"""Advisory locks that let one process at a time do a duty every worker offers to do, and
+the bound on how long such a duty's transaction may wait."""
 
 from __future__ import annotations
 
@@ -25,3 +26,17 @@ def try_alert_lock() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(ALERT_LOCK)
         return bool(cursor.fetchone()[0])
+
+
+TIME_LIMIT = (
+    "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)"
+)
+"""Bound every statement of this transaction, and every wait for a lock (SET LOCAL)."""
+
+
+def limit_transaction(seconds: float) -> None:
+    """Cancel any statement of the current transaction that runs, or waits for a lock,
+    longer than ``seconds`` (transaction-local, so through a transaction pooler too)."""
+    limit = "%dms" % max(1, round(seconds * 1000))
+    with connection.cursor() as cursor:
+        cursor.execute(TIME_LIMIT, [limit, limit])

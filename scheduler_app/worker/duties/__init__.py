@@ -79,11 +79,8 @@ class DutyThread(threading.Thread):
 
     def run(self) -> None:
         side = side_connection()
-        try:
-            with side.kept():
-                self._steps(side)
-        finally:
-            connections.close_all()  # in case a step used the thread's own connections
+        with side.kept():
+            self._steps(side)
 
     def _steps(self, side: SideConnection) -> None:
         for delay in self.delays:
@@ -96,3 +93,7 @@ class DutyThread(threading.Thread):
                     "%s failed, will retry worker=%s error=%s", self.duty, self.worker_id, exc
                 )
                 side.close()
+            finally:
+                # What a step reached outside its turns (an alert's signal receiver, a
+                # notifier) used the thread's own connections: none is kept between steps.
+                connections.close_all()
