@@ -34,14 +34,19 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from scheduler_app import clock, database
 from scheduler_app.bounds import LARGEST_INTEGER
 from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
-from scheduler_app.db import database_now, in_lists, notify_jobs_scheduled
+from scheduler_app.db import (
+    database_now,
+    in_lists,
+    notify_jobs_scheduled,
+    write_across_reconnects,
+)
 from scheduler_app.exceptions import (
     InvalidSchedule,
     ValidationError,
@@ -229,14 +234,28 @@ def waits_for_commit() -> bool:
     )
 
 
+#: How long a write after the business commit tries again while the scheduler's database
+#: is unreachable (a failover, a restart) before the jobs are given up and logged.
+WRITE_ON_COMMIT_RETRY_SECONDS = 5.0
+
+
 def _write_on_commit(jobs: list[Job], write: Callable[[], list[Job]]) -> None:
     """Run ``write`` once the business database commits, and make ``jobs`` (unsaved) the
-    stored jobs it returns. If the write fails, log it and let it raise from the commit:
-    the business transaction has committed, and those jobs are not scheduled."""
+    stored jobs it returns.
+
+    A lost connection is tried again for WRITE_ON_COMMIT_RETRY_SECONDS. A write that still
+    fails is logged at ERROR, one line per job, and not raised: the business transaction
+    has committed, raising would only fail the caller's request for saved work and keep the
+    transaction's later on-commit callbacks (other jobs' writes, the project's own) from
+    running."""
 
     def enqueue() -> None:
         try:
-            stored = write()
+            stored = write_across_reconnects(
+                write,
+                seconds=WRITE_ON_COMMIT_RETRY_SECONDS,
+                retry_on=(OperationalError, InterfaceError),
+            )
         except Exception:
             logger.exception(
                 "jobs not scheduled after the commit of database=%s task=%s count=%s",
@@ -244,7 +263,14 @@ def _write_on_commit(jobs: list[Job], write: Callable[[], list[Job]]) -> None:
                 jobs[0].task_name,
                 len(jobs),
             )
-            raise
+            for job in jobs:
+                logger.error(
+                    "job not scheduled task=%s unique_key=%s run_at=%s",
+                    job.task_name,
+                    job.unique_key or "",
+                    job.run_at.isoformat() if job.run_at else "",
+                )
+            return
         for job, kept in zip(jobs, stored, strict=True):
             if kept is not job:
                 _take_over(job, kept)

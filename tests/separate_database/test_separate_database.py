@@ -181,6 +181,32 @@ def test_outbox_a_business_transaction_that_commits_schedules_its_jobs_once():
 
 
 @override_settings(SCHEDULER_APP=OUTBOX)
+def test_outbox_a_write_refused_after_the_commit_is_logged_and_the_commit_goes_on(caplog):
+    """The business data has committed: a write the scheduler's database refuses is
+    logged, job by job, and neither fails the caller nor keeps the transaction's other
+    on-commit callbacks (the next jobs' writes, the project's own) from running. It was
+    raised from the commit, and Django dropped every callback after it."""
+    refusing = connections["scheduler"]
+    with refusing.cursor() as cursor:
+        cursor.execute("SET default_transaction_read_only = on")
+    hooks_run = []
+    try:
+        with transaction.atomic():
+            Customer.objects.create(email="ada@example.com")
+            schedule("tests.record", unique_key="receipt-1")
+            schedule("tests.record", unique_key="receipt-2")
+            transaction.on_commit(lambda: hooks_run.append("the project's hook"))
+    finally:
+        with refusing.cursor() as cursor:
+            cursor.execute("RESET default_transaction_read_only")
+    assert Customer.objects.filter(email="ada@example.com").exists()
+    assert hooks_run == ["the project's hook"]
+    assert not Job.objects.exists()
+    lost = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job not ")]
+    assert len(lost) == 2 and "unique_key=receipt-1" in lost[0] and "receipt-2" in lost[1]
+
+
+@override_settings(SCHEDULER_APP=OUTBOX)
 def test_outbox_inside_a_transaction_of_the_scheduler_database_writes_in_it():
     """A block that is atomic on the scheduler's database too (as the scheduler's own
     writes are) gets its jobs there at once, committed with it."""
