@@ -214,3 +214,27 @@ class UnreadableError(Exception):
 
     def __str__(self) -> str:
         raise RuntimeError("str broke")
+
+
+def pickup_seconds(
+    worker_is_idle: Callable[[], bool], *, jobs: int = 5, timeout: float = 30
+) -> list[float]:
+    """Schedule ``jobs`` ``tests.record`` jobs one at a time, each once ``worker_is_idle()``,
+    and return how long each waited to start (started_at - created_at): how fast an idle
+    worker's LISTEN wakes it."""
+    from scheduler_app.models import Job
+    from scheduler_app.scheduling import schedule
+    from tests.testapp.models import Run
+
+    pickups = []
+    for _ in range(jobs):
+        wait_until(worker_is_idle, message="the worker to go idle")
+        job = schedule("tests.record")
+        wait_until(
+            lambda job=job: Run.objects.filter(job_id=job.pk).exists(),
+            timeout=timeout,
+            message="the job to start",
+        )
+        stored = Job.objects.get(pk=job.pk)
+        pickups.append((stored.started_at - stored.created_at).total_seconds())
+    return pickups

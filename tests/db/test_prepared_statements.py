@@ -48,9 +48,9 @@ def test_a_refused_first_turn_does_not_leave_statements_half_prepared():
         assert len(claimed) == 1
 
 
-def test_the_claim_loops_statements_are_planned_once_per_connection():
-    """CLAIM and FINISH are prepared: parsing and planning them on every turn cost about
-    two thirds of PostgreSQL's CPU per job (bench/worker.py)."""
+def claim_finish_and_claim_again() -> list[str]:
+    """On a new connection, claim one of two jobs, then finish it and claim the other in
+    one round trip, as the claim loop does; return the statements left prepared."""
     for _ in range(2):
         schedule("tests.noop")
     connection.close()  # a new connection: nothing prepared yet
@@ -65,10 +65,15 @@ def test_the_claim_loops_statements_are_planned_once_per_connection():
     accepted, claimed = pg.finish_and_claim([done.as_row()], **arguments)
 
     assert (accepted, len(claimed)) == ({done.job.fence}, 1)
-
     with connection.cursor() as cursor:
         cursor.execute("SELECT statement FROM pg_prepared_statements")
-        prepared = [row[0] for row in cursor.fetchall()]
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_the_claim_loops_statements_are_planned_once_per_connection():
+    """CLAIM and FINISH are prepared: parsing and planning them on every turn cost about
+    two thirds of PostgreSQL's CPU per job (bench/worker.py)."""
+    prepared = claim_finish_and_claim_again()
     # As PostgreSQL keeps them: with $1, $2, ... for the parameters.
     assert [s for s in prepared if "FOR UPDATE SKIP LOCKED" in s], prepared  # CLAIM
     assert [s for s in prepared if "json_to_recordset" in s], prepared  # FINISH
@@ -96,21 +101,5 @@ def test_behind_a_transaction_pooler_the_claim_loop_prepares_nothing(monkeypatch
     one's behind a transaction pooler (DISABLE_SERVER_SIDE_CURSORS): nothing is prepared,
     and CLAIM and FINISH still go out in one pipeline."""
     monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
-    for _ in range(2):
-        schedule("tests.noop")
-    connection.close()  # a new connection: nothing prepared yet
-    arguments = claim_arguments()
-    (row,) = pg.claim_jobs(**arguments)
-    done = Finish(
-        job=ClaimedJob.from_row(row),
-        status="succeeded",
-        outcome="succeeded",
-        finished_at=clock.now(),
-    )
-    accepted, claimed = pg.finish_and_claim([done.as_row()], **arguments)
-
-    assert (accepted, len(claimed)) == ({done.job.fence}, 1)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement FROM pg_prepared_statements")
-        assert cursor.fetchall() == []
+    assert claim_finish_and_claim_again() == []
     connection.close()

@@ -14,7 +14,7 @@ from django.db.models import Count
 from scheduler_app.db import database_now
 from scheduler_app.models import Job, Schedule, ScheduleOccurrence, SendBatch
 from scheduler_app.scheduling import schedule, schedule_many
-from tests.helpers import wait_for_status, wait_until
+from tests.helpers import pickup_seconds, wait_for_status, wait_until
 from tests.pgbouncer.conftest import (
     NO_PGBOUNCER,
     PGBOUNCER_URL,
@@ -108,17 +108,7 @@ def test_an_idle_worker_behind_pgbouncer_wakes_on_notify(start_worker):
     probe = schedule("tests.record", {})
     worker = start_worker("--poll-interval", "30", env=pooled_env(listen="direct"))
     wait_for_status(probe, Status.SUCCEEDED)
-    pickups = []
-    for _ in range(5):
-        wait_until(worker_is_idle, message="the worker to go idle")
-        job = schedule("tests.record", {})
-        wait_until(
-            lambda job=job: Run.objects.filter(job_id=job.pk).exists(),
-            timeout=30,
-            message="the job to start",
-        )
-        stored = Job.objects.get(pk=job.pk)
-        pickups.append((stored.started_at - stored.created_at).total_seconds())
+    pickups = pickup_seconds(worker_is_idle)
     stop(worker)
     assert max(pickups) < 0.25, pickups
 

@@ -7,8 +7,7 @@ from django.db import connection
 
 from scheduler_app.models import Job
 from scheduler_app.scheduling import schedule
-from tests.helpers import wait_until
-from tests.testapp.models import Run
+from tests.helpers import pickup_seconds, wait_until
 
 pytestmark = [pytest.mark.postgres_only, pytest.mark.django_db(transaction=True)]
 
@@ -46,16 +45,6 @@ def test_idle_worker_wakes_on_notify(start_worker):
         lambda: Job.objects.filter(pk=probe.pk, status=Job.Status.SUCCEEDED).exists(),
         message="the probe job to succeed",
     )
-    pickups = []
-    for _ in range(5):
-        wait_until(worker_is_idle, message="the worker to go idle")
-        job = schedule("tests.record")
-        wait_until(
-            lambda job=job: Run.objects.filter(job_id=job.pk).exists(),
-            timeout=POLL_INTERVAL,
-            message="the job to start",
-        )
-        stored = Job.objects.get(pk=job.pk)
-        pickups.append((stored.started_at - stored.created_at).total_seconds())
+    pickups = pickup_seconds(worker_is_idle, timeout=POLL_INTERVAL)
     assert max(pickups) < 0.2, pickups
     assert worker.alive()

@@ -638,18 +638,17 @@ def test_a_long_smtp_outage_raises_the_stalled_send_alert(customer, make_batch):
     assert [f.subject for f in findings] == ["batch:%s" % batch.pk]
 
 
-@pytest.mark.django_db
-def test_one_recipient_blocked_by_policy_at_rcpt_pauses_once_then_fails_alone(
-    customer, make_batch, server_factory
-):
-    """550 5.7.1 on one RCPT names us (it may be a relay denial for everyone): the batch
-    pauses. Resumed, the others go first; once the server has taken them, the block is that
-    address's own: it fails, and the batch does not pause again at every resume."""
-    blocked = "550 5.7.1 Recipient address rejected by policy"
+POLICY_BLOCK = "550 5.7.1 Recipient address rejected by policy"
+
+
+def blocked_by_policy_then_resumed(customer, make_batch, server_factory, server_class):
+    """Send to three customers through ``server_class``, which refuses blocked@example.com
+    at RCPT by policy, resuming up to twice; check it paused once, then completed with
+    only the blocked address failed; return the batch."""
     customer("blocked@example.com")
     customer("ann@example.com")
     customer("bob@example.com")
-    port = server_factory(Refuses(rcpt={"blocked@example.com": blocked}))
+    port = server_factory(server_class(rcpt={"blocked@example.com": POLICY_BLOCK}))
     batch = make_batch(provider="email", rate_limit_key="email")
 
     runs = run_batch(batch, port, resumes=2)
@@ -660,8 +659,19 @@ def test_one_recipient_blocked_by_policy_at_rcpt_pauses_once_then_fails_alone(
         "ann@example.com": "sent",
         "bob@example.com": "sent",
     }
+    return batch
+
+
+@pytest.mark.django_db
+def test_one_recipient_blocked_by_policy_at_rcpt_pauses_once_then_fails_alone(
+    customer, make_batch, server_factory
+):
+    """550 5.7.1 on one RCPT names us (it may be a relay denial for everyone): the batch
+    pauses. Resumed, the others go first; once the server has taken them, the block is that
+    address's own: it fails, and the batch does not pause again at every resume."""
+    batch = blocked_by_policy_then_resumed(customer, make_batch, server_factory, Refuses)
     assert recipient(batch, "blocked@example.com").last_error == (
-        "The SMTP server refused us (not the recipient blocked@example.com): %s" % blocked
+        "The SMTP server refused us (not the recipient blocked@example.com): %s" % POLICY_BLOCK
     )
 
 
@@ -685,19 +695,5 @@ def test_a_recipient_blocked_by_policy_beside_calls_in_flight_pauses_once_then_f
     took others of the batch since the batch started, so it fails alone. Before, the batch
     paused again at every resume."""
     settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "SEND_WINDOW": 4}
-    blocked = "550 5.7.1 Recipient address rejected by policy"
-    customer("blocked@example.com")
-    customer("ann@example.com")
-    customer("bob@example.com")
-    port = server_factory(RefusesFirst(rcpt={"blocked@example.com": blocked}))
-    batch = make_batch(provider="email", rate_limit_key="email")
-
-    runs = run_batch(batch, port, resumes=2)
-
-    assert [status for status, _ in runs] == ["paused", "completed"]
-    assert statuses(batch) == {
-        "blocked@example.com": "failed",
-        "ann@example.com": "sent",
-        "bob@example.com": "sent",
-    }
+    batch = blocked_by_policy_then_resumed(customer, make_batch, server_factory, RefusesFirst)
     assert recipient(batch, "blocked@example.com").attempts == 1
