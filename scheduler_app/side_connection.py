@@ -90,7 +90,7 @@ class SideConnection:
 
 
 _lock = threading.Lock()
-_side: dict[tuple[int, str], SideConnection] = {}  # (pid, alias) -> its side connection
+_side: dict[str, SideConnection] = {}  # alias -> this process's (a forked child starts empty)
 
 
 def _forget_after_fork() -> None:
@@ -105,8 +105,8 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which does not fork
 
 def side_connection() -> SideConnection:
     """Return this process's side connection."""
-    key = (os.getpid(), alias())
+    scheduler_database = alias()
     with _lock:
-        if key not in _side:
-            _side[key] = SideConnection(key[1])
-        return _side[key]
+        if scheduler_database not in _side:
+            _side[scheduler_database] = SideConnection(scheduler_database)
+        return _side[scheduler_database]
