@@ -39,6 +39,7 @@ from scheduler_app.sends.providers import (
     TransientSendError,
     reset_providers,
 )
+from scheduler_app.sends.providers import email as email_provider
 from scheduler_app.sends.providers.email import DjangoEmailProvider, message_id_for
 from scheduler_app.sends.rendering import Message
 from tests.sends.helpers import recipient, run_lane_now
@@ -438,6 +439,9 @@ class Keeps:
         self.sessions: list[object] = []
         self.latest: tuple[asyncio.AbstractEventLoop, asyncio.Transport] | None = None
 
+        #: The NOOP commands the server was sent.
+        self.noops = 0
+
     async def handle_DATA(self, server, session, envelope):
         self.accepted.append(email.message_from_bytes(envelope.content))
         if session not in self.sessions:
@@ -445,12 +449,19 @@ class Keeps:
         self.latest = (asyncio.get_running_loop(), server.transport)
         return "250 OK"
 
+    async def handle_NOOP(self, server, session, envelope, arg):
+        self.noops += 1
+        return "250 OK"
+
     def drop(self) -> None:
-        """Close the latest connection from the server's side (an idle timeout)."""
+        """Close the latest connection from the server's side (an idle timeout); return once
+        the socket is closed."""
         loop, transport = self.latest
 
         async def close() -> None:
             transport.close()
+            while not transport.is_closing() or transport.get_extra_info("socket").fileno() != -1:
+                await asyncio.sleep(0.001)
 
         asyncio.run_coroutine_threadsafe(close(), loop).result(5)
 
@@ -577,6 +588,40 @@ def test_a_lane_reuses_its_connection_and_opens_another_when_the_server_dropped_
         "cy@example.com",
     ]
     assert len(handler.sessions) == 2
+
+
+def test_a_kept_session_costs_no_round_trip_before_each_message(server_factory):
+    """A session in use is known to be alive without asking the server: a NOOP before each
+    message cost a round trip and a command at the server per message (#31)."""
+    handler = Keeps()
+    port = server_factory(handler)
+    with (
+        override_settings(**smtp_settings(port), DEFAULT_FROM_EMAIL="news@example.com"),
+        closing(DjangoEmailProvider()) as provider,
+    ):
+        for name in ("ann", "bob", "cy", "dee"):
+            provider.send(message("%s@example.com" % name), "1:%s" % name)
+
+    assert len(handler.accepted) == 4
+    assert len(handler.sessions) == 1
+    assert handler.noops == 0
+
+
+def test_a_session_idle_for_long_is_asked_whether_it_is_still_there(server_factory, monkeypatch):
+    """A connection a NAT forgot closes without a word: after ASK_AFTER_IDLE seconds without
+    a message, a NOOP comes first."""
+    monkeypatch.setattr(email_provider, "ASK_AFTER_IDLE", 0.0)
+    handler = Keeps()
+    port = server_factory(handler)
+    with (
+        override_settings(**smtp_settings(port), DEFAULT_FROM_EMAIL="news@example.com"),
+        closing(DjangoEmailProvider()) as provider,
+    ):
+        for name in ("ann", "bob", "cy"):
+            provider.send(message("%s@example.com" % name), "1:%s" % name)
+
+    assert len(handler.accepted) == 3
+    assert handler.noops == 2
 
 
 def run_through_an_outage(batch: SendBatch, minutes: int) -> list[dt.timedelta]:

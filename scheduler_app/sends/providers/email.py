@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
+import select
 import smtplib
 import threading
+import time
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -29,6 +31,9 @@ from scheduler_app.sends.rendering import Message
 
 #: How long a lane waits when the mail server cannot be reached (nothing was sent).
 UNREACHABLE_DELAY = dt.timedelta(seconds=30)
+#: A session idle this long (seconds) is asked with a NOOP whether it is still there before
+#: the next message: a connection a NAT or a firewall forgot ends without a word.
+ASK_AFTER_IDLE = 10.0
 
 
 def default_mail_connection() -> Any:
@@ -94,7 +99,7 @@ class DjangoEmailProvider:
         """Return this thread's connection, open: SlowDown if the server cannot be
         reached or greets with 4xx, SenderRefused if it refuses us (e.g. 535 on AUTH)."""
         connection = self.connection
-        if not _alive(connection):
+        if not _alive(connection, idle=time.monotonic() - getattr(self._local, "used_at", 0.0)):
             connection.close()
         try:
             connection.open()
@@ -142,6 +147,8 @@ class DjangoEmailProvider:
             if error is exc:
                 raise
             raise error from exc
+        finally:
+            self._local.used_at = time.monotonic()
         # With django-anymail, the ESP's own id: what its tracking events name.
         esp_id = getattr(getattr(email, "anymail_status", None), "message_id", None)
         return message_id if esp_id is None else str(esp_id)
@@ -197,14 +204,25 @@ OUR_SUBJECTS = frozenset({"3", "5", "7"})
 SENDER_CODES = frozenset({"1.7", "1.8"})
 
 
-def _alive(connection: Any) -> bool:
-    """Return False if the server closed the connection's SMTP session (idle, or enough)."""
+def _alive(connection: Any, *, idle: float) -> bool:
+    """Return False if the server ended the connection's SMTP session (idle, or enough).
+
+    A server that hangs up closes the connection, often after a 421: either leaves
+    something to read, seen without a round trip. A session idle for ASK_AFTER_IDLE
+    seconds is asked with a NOOP as well (a NOOP before every message cost a round trip
+    and a command at the server per message).
+    """
     session = getattr(connection, "connection", None)
     if not isinstance(session, smtplib.SMTP):
         return True
+    sock = session.sock
+    if sock is None:
+        return False
     try:
-        return session.noop()[0] == 250
-    except (smtplib.SMTPException, OSError):
+        if getattr(sock, "pending", int)() or select.select([sock], [], [], 0)[0]:
+            return False
+        return idle < ASK_AFTER_IDLE or session.noop()[0] == 250
+    except (smtplib.SMTPException, OSError, ValueError):
         return False
 
 
