@@ -189,6 +189,59 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+class CpuTally:
+    """CPU seconds spent by groups of processes over a trial, processes coming and going.
+
+    ``sample()`` as often as the trial polls: a process that exits between two samples
+    keeps what it had spent at the last one (PostgreSQL backends end with their
+    connections, killed workers with their kill). Processes alive at the first sample
+    count from there.
+    """
+
+    def __init__(self) -> None:
+        self.first: dict[int, float] = {}
+        self.last: dict[tuple[str, int], float] = {}
+        self.started = False
+
+    def sample(self, groups: dict[str, list[int]]) -> None:
+        for name, pids in groups.items():
+            for pid in pids:
+                spent = process_cpu(pid)
+                if not self.started:
+                    self.first[pid] = spent
+                self.last[name, pid] = max(spent, self.last.get((name, pid), 0.0))
+        self.started = True
+
+    def spent(self) -> dict[str, float]:
+        """Return {group: CPU seconds since the first sample}."""
+        totals: dict[str, float] = {}
+        for (name, pid), spent in self.last.items():
+            totals[name] = totals.get(name, 0.0) + spent - self.first.get(pid, 0.0)
+        return totals
+
+
+def postgres_pids() -> list[int]:
+    """Return the pids of the PostgreSQL server's processes on this machine (user postgres)."""
+    import pwd
+
+    try:
+        uid = pwd.getpwnam("postgres").pw_uid
+    except KeyError:
+        return []
+    return [
+        int(entry.name)
+        for entry in os.scandir("/proc")
+        if entry.name.isdigit() and _owner(entry.path) == uid
+    ]
+
+
+def _owner(path: str) -> int | None:
+    try:
+        return os.stat(path).st_uid
+    except OSError:
+        return None
+
+
 def machine_cpu() -> tuple[float, float]:
     """Return (busy, total) jiffies of the whole machine."""
     with open("/proc/stat") as f:

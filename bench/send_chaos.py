@@ -67,12 +67,14 @@ from pathlib import Path
 
 from harness import (
     REPO,
+    CpuTally,
     append_results,
     env_int,
     machine_cpu,
     machine_description,
     machine_line,
     migrate,
+    postgres_pids,
     recreate_database,
     setup_django,
     stop_process,
@@ -356,7 +358,8 @@ def run_trial(params: dict, url: str, smtp: SmtpServer) -> dict:
         with transaction.atomic():
             schedule_batch(batch, relax=RELAX)
         t0, t0_wall, t0_epoch = time.monotonic(), dt.datetime.now(dt.UTC), time.time()
-        m0 = machine_cpu()
+        m0, tally = machine_cpu(), CpuTally()
+        tally.sample(parties(chaos, smtp))
         next_kill = t0 + params["kill_every"] if params["kill_every"] else float("inf")
         last_progress, progress_at = None, t0
         reason = ""
@@ -390,9 +393,11 @@ def run_trial(params: dict, url: str, smtp: SmtpServer) -> dict:
                         ),
                         flush=True,
                     )
+            tally.sample(parties(chaos, smtp))
             time.sleep(POLL)
         ended = time.monotonic()
         m1 = machine_cpu()
+        tally.sample(parties(chaos, smtp))
     finally:
         chaos.stop()
     return {
@@ -404,8 +409,18 @@ def run_trial(params: dict, url: str, smtp: SmtpServer) -> dict:
         "spawned": len(chaos.spawned),
         "exits": chaos.exits,
         "machine_busy": (m1[0] - m0[0]) / max(m1[1] - m0[1], 1),
+        "party_cpu": tally.spent(),
         "t0_wall": t0_wall,
         "t0_epoch": t0_epoch,
+    }
+
+
+def parties(chaos: Chaos, smtp: SmtpServer) -> dict[str, list[int]]:
+    """Return the processes that share the machine's cores in a trial, by who they are."""
+    return {
+        "workers": [worker.pid for worker in chaos.workers],
+        "SMTP server": [smtp.proc.pid],
+        "PostgreSQL": postgres_pids(),
     }
 
 
@@ -642,6 +657,14 @@ def write_results(
         % result["retried_recipients"],
         "| timeline | deliveries at the server (and kills) per slice since the commit: %s |"
         % result["timeline"],
+        "| CPU per recipient sent | %s (CPU seconds over the trial / recipients sent%s) |"
+        % (
+            ", ".join(
+                "%s %.2f ms" % (name, 1000 * seconds / max(result["sent"], 1))
+                for name, seconds in trial["party_cpu"].items()
+            ),
+            "; a killed worker's up to its last sample" if kills else "",
+        ),
         "| lane jobs | %s (%s attempts in all); attempt outcomes %s; sweeper revivals %s; "
         "operator events %s |"
         % (
