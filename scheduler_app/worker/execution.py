@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import logging
 import re
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -57,10 +58,13 @@ class ClaimedJob:
     unique_key: str | None
     lease_token: int
     retry_later_deadline: dt.datetime | None
-    #: When the claim started it, by the database's clock.
-    started_at: dt.datetime
+    #: When the claim started it, by the database's clock (None: a row the Celery relay
+    #: published and no worker started yet).
+    started_at: dt.datetime | None
     #: How far the database's clock was ahead of this host's at the claim.
     clock_offset: dt.timedelta
+    #: This host's monotonic clock when the claim returned (see now()).
+    claimed_monotonic: float = dataclasses.field(default_factory=time.monotonic)
 
     @classmethod
     def from_row(cls, row: tuple) -> ClaimedJob:
@@ -97,13 +101,17 @@ class ClaimedJob:
         )
 
     def now(self) -> dt.datetime:
-        """Return the database's clock: as the claim read it, moved on by this host's since.
+        """Return the database's clock: as the claim read it, moved on by this host's
+        monotonic clock since (a frozen clock's moves while a test freezes it).
 
         What this attempt writes for other hosts to compare (retry and hold times, when it
         finished) is measured from it, so a host whose clock is off neither retries early
-        nor holds a job in the past.
+        nor holds a job in the past, and a step of the host's clock in the middle of the
+        attempt (NTP, a virtual machine resumed) moves none of them.
         """
-        return clock.now() + self.clock_offset
+        if clock.frozen_at() is not None or self.started_at is None:
+            return clock.now() + self.clock_offset
+        return self.started_at + dt.timedelta(seconds=time.monotonic() - self.claimed_monotonic)
 
     @property
     def fence(self) -> tuple[int, int]:

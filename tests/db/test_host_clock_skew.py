@@ -52,6 +52,16 @@ def retry_later(ctx):
     raise RetryLater(10, reason="come back in 10s")
 
 
+#: Set by a test: how to step this host's clock from inside a handler.
+STEP_CLOCK: list = []
+
+
+@task(name="tests.clock.stepped_then_retry_later", max_attempts=1)
+def stepped_then_retry_later(ctx):
+    STEP_CLOCK[0](3600)  # NTP steps this host's clock an hour on mid-attempt
+    raise RetryLater(10, reason="come back in 10s")
+
+
 RELEASE = threading.Event()
 
 
@@ -84,6 +94,26 @@ def test_a_worker_20s_behind_defers_by_the_database_clock_and_records_its_start(
     assert row.run_at > db_now + 5 * SECOND
     assert near(attempt.started_at, db_now) and near(attempt.finished_at, db_now)
     assert JobAttempt.objects.filter(job_id=job.pk).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_host_clock_stepped_mid_attempt_moves_none_of_the_times_the_attempt_writes(
+    host_clock_off,
+):
+    """The attempt's times follow the database's clock as the claim read it, moved on by
+    this host's monotonic clock: a step of the host's clock (NTP, a VM resumed) in the
+    middle of an attempt shifted its retry time and finished_at by the step."""
+    STEP_CLOCK[:] = [host_clock_off]
+    job = schedule("tests.clock.stepped_then_retry_later")
+    with running_worker():
+        attempt = wait_until(
+            JobAttempt.objects.filter(job_id=job.pk).first, message="the first attempt"
+        )
+        db_now = database_now()
+        row = Job.objects.get(pk=job.pk)
+
+    assert near(attempt.finished_at, db_now), (attempt.finished_at, db_now)
+    assert near(row.run_at, db_now + 10 * SECOND), (row.run_at, db_now)
 
 
 @pytest.mark.django_db(transaction=True)
