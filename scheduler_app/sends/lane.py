@@ -7,12 +7,13 @@ claims a chunk of due recipients (SKIP LOCKED, a claim that expires and that
 sends.claim_keeper extends while it works) sized to the rate limit (sends.limiter) and
 to how fast chunks go (sends.chunking). None left: sends.finish.
 
-A chunk (``_send_chunk``): for each recipient, wait for room in the window (up to
-SEND_WINDOW calls in flight, fewer while the provider throttles; sends.window), then
-fail one that used RECIPIENT_MAX_ATTEMPTS without an outcome (its lanes died in the
-call), skip one suppressed or without an address, render (a render error fails that
-recipient: fail closed), wait for a rate-limit token, charge its attempt and start its
-call (sends.charges). A recipient charged before is sent alone (``_send_alone``). Each
+A chunk (``_send_chunk``): for each recipient, those not tried yet first, wait for room
+in the window (up to SEND_WINDOW calls in flight, fewer while the provider throttles;
+sends.window), then fail one that used RECIPIENT_MAX_ATTEMPTS without an outcome (its
+lanes died in the call), skip one suppressed or without an address, render (a render
+error fails that recipient: fail closed), wait for a rate-limit token, charge its attempt
+and start its call (sends.charges). A recipient charged before is sent alone, after the
+others (``_send_alone``). Each
 call's outcome (sends.delivery) feeds the breaker (sends.breaker) and becomes its marker
 (sends.markers). A provider's request to slow down is sat out in the lane up to
 SLOW_DOWN_IN_LANE, else the chunk goes back and the lane waits; a refusal of our sender
@@ -182,6 +183,11 @@ class Lane:
             self.keeper.hold(())
 
     def _send_rows(self, rows: list[tuple]) -> int:
+        # The recipients not tried yet first (in due order), then those charged before by
+        # how often: a worker killed again and again soon after it starts dies in a lane's
+        # first calls, and those deaths must spread over recipients, not use up the
+        # attempts of the one that came first each time.
+        rows = sorted(rows, key=lambda row: row[5])
         limited = limiter.is_limited(self.batch.rate_limit_key)
         suppressed = suppressions.skip_reasons([row[2] for row in rows], self.batch)
         # A chunk holding a recipient charged before (a lane died with it, or it is being

@@ -194,13 +194,47 @@ def test_after_a_crash_only_the_recipient_in_flight_is_sent_again(five, scripted
         "ann@example.com",
         "bob@example.com",
         "cat@example.com",
-        "cat@example.com",
         "dan@example.com",
         "eve@example.com",
+        "cat@example.com",
     ]
     five.refresh_from_db()
     assert (five.status, five.sent, five.failed) == ("completed", 5, 0)
     assert recipient(five, "cat@example.com").attempts == 2
+
+
+def test_kills_that_land_as_lanes_start_do_not_use_up_one_recipients_attempts(
+    five, scripted, settings
+):
+    """A worker SIGKILLed soon after each start (a crash loop, a kill storm) dies in the
+    first call of each lane: the recipient whose lane died goes behind the ones not tried
+    yet, so the deaths spread over recipients. It came first again, and failed as a death
+    after RECIPIENT_MAX_ATTEMPTS runs without ever being delivered."""
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "RECIPIENT_MAX_ATTEMPTS": 3}
+    calls_this_run: list[str] = []
+
+    def killed_at_the_first_call(message: Message, key: str) -> None:
+        calls_this_run.append(message.to)
+        if len(calls_this_run) == 1:
+            raise WorkerDied(message.to)
+
+    scripted.on_call = killed_at_the_first_call
+    for _ in range(3):
+        calls_this_run.clear()
+        with pytest.raises(WorkerDied):
+            run_lane_now(five)
+        expire_claims(five)
+    scripted.on_call = None
+
+    run_lane_now(five)
+
+    assert states(five) == {
+        "ann": ("sent", 2),
+        "bob": ("sent", 2),
+        "cat": ("sent", 2),
+        "dan": ("sent", 1),
+        "eve": ("sent", 1),
+    }
 
 
 @pytest.mark.parametrize(
