@@ -32,15 +32,22 @@ def run_jobs(self, deliveries: list[list[int]], lease_seconds: float | None = No
     the relay's: if this worker dies, it was never started and goes back unharmed.
     ``lease_seconds``: the lease to hold while each runs (default LEASE_SECONDS).
     """
-    worker_id = "%s:%s" % (self.request.hostname or "celery", os.getpid())
-    lease = dt.timedelta(seconds=lease_seconds or app_settings.LEASE_SECONDS)
-    return run_deliveries(deliveries, worker_id=worker_id, lease=lease)
+    return run_deliveries(deliveries, **_runner(self, lease_seconds))
 
 
 @shared_task(name=RUN_JOB, bind=True, acks_late=True, ignore_result=True)
 def run_job(self, job_id: int, lease_token: int, lease_seconds: float | None = None) -> str:
     """Run job ``job_id`` if ``lease_token`` is still its claim; return what happened."""
-    return run_jobs.run([[job_id, lease_token]], lease_seconds)[0]
+    return run_deliveries([(job_id, lease_token)], **_runner(self, lease_seconds))[0]
+
+
+def _runner(task, lease_seconds: float | None) -> dict:
+    """Return run_deliveries()' worker id (this Celery worker's host name and process) and
+    lease for a task of this worker."""
+    return {
+        "worker_id": "%s:%s" % (task.request.hostname or "celery", os.getpid()),
+        "lease": dt.timedelta(seconds=lease_seconds or app_settings.LEASE_SECONDS),
+    }
 
 
 def connection_reuse_problem(app: Celery) -> str | None:

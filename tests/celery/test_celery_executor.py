@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+import socket
 
 import pytest
 import redis
@@ -12,6 +13,7 @@ from kombu import Queue
 
 from scheduler_app import clock, controls
 from scheduler_app.cancellation import CancelOutcome, cancel
+from scheduler_app.celery import RUN_JOB
 from scheduler_app.celery.publishing import publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt, SendBatch
@@ -81,6 +83,25 @@ def test_a_relay_publishing_several_jobs_a_message_runs_each_once(broker, relay,
     assert set(Run.objects.values_list("pid", flat=True)) == {worker.pid}
     assert not JobAttempt.objects.exists(), "leases expired or jobs were handed back"
     assert set(Job.objects.values_list("status", "attempts")) == {(Status.SUCCEEDED, 1)}
+
+
+def test_a_run_job_message_an_older_relay_left_in_the_broker_still_runs(broker, celery_worker):
+    """Relays before CELERY_JOBS_PER_MESSAGE published run_job(job id, token): a Celery worker
+    upgraded first still runs those messages, under its own worker id."""
+    job = schedule("tests.record", {})
+    claimed = claim_as("test-relay", job)
+    make_app(broker.url).send_task(
+        RUN_JOB,
+        args=(claimed.id, claimed.lease_token),
+        kwargs={"lease_seconds": 2.0},
+        queue=broker.queue(),
+    )
+
+    worker = celery_worker()
+    stored = wait_for_status(job, Status.SUCCEEDED)
+
+    assert Run.objects.filter(job_id=job.pk).count() == 1
+    assert stored.worker_id.endswith("@%s:%s" % (socket.gethostname(), worker.pid))
 
 
 def test_jobs_are_split_evenly_into_messages(broker):
