@@ -10,7 +10,9 @@ It drops and re-creates its own PostgreSQL database (``bench_celery`` unless
 BENCH_DATABASE_URL names another) and migrates it. Then, for ``runworker`` (local
 threads) and, on RabbitMQ and then on Redis, for plain Celery and for
 ``runworker --executor celery`` with one and with two ``celery worker`` processes
-(threads pool), it measures:
+(threads pool), it measures (the executor with one job a message, and with
+BENCH_JOBS_PER_MESSAGE jobs a message, CELERY_JOBS_PER_MESSAGE; plain Celery with one and
+two worker processes, for the scaling a second process gives Celery itself):
 
 (a) drain: BENCH_JOBS no-op jobs. For runworker and the executor, ``tests.noop``
     jobs scheduled in one transaction while the workers idle; jobs/s = BENCH_JOBS /
@@ -23,7 +25,9 @@ threads) and, on RabbitMQ and then on Redis, for plain Celery and for
     commit returned.
 
 Every worker process runs BENCH_CONCURRENCY jobs at once (runworker threads, Celery
-pool threads). Environment: BENCH_JOBS (2000), BENCH_CONCURRENCY (8),
+pool threads). Each drain also reports how busy the machine's CPUs were (busy / total
+over the drain, all processes): near 100%, the cores bound the figure, not a process.
+Environment: BENCH_JOBS (2000), BENCH_CONCURRENCY (8), BENCH_JOBS_PER_MESSAGE (8),
 BENCH_DATABASE_URL, BENCH_RESULTS (default bench/results-celery.md).
 """
 
@@ -42,6 +46,7 @@ from harness import (
     WorkerProcess,
     append_results,
     env_int,
+    machine_cpu,
     machine_description,
     machine_line,
     migrate,
@@ -100,10 +105,11 @@ def wait_started(processes: list[WorkerProcess], name: str) -> None:
 
 
 def start_executor(
-    name: str, url: str, concurrency: int, celery_workers: int = 1
+    name: str, url: str, concurrency: int, celery_workers: int = 1, jobs_per_message: int = 1
 ) -> list[WorkerProcess]:
     """Start the processes of executor ``name`` ("local" or a broker, with
-    ``celery_workers`` Celery worker processes) and wait until ready."""
+    ``celery_workers`` Celery worker processes, its relay publishing ``jobs_per_message``
+    jobs a message) and wait until ready."""
     runworker = [sys.executable, "-m", "django", "runworker", "--settings=tests.settings"]
     options = ["--poll-interval", "30", "--no-scheduler"]
     if name == "local":
@@ -114,6 +120,7 @@ def start_executor(
             "DATABASE_URL": url,
             "SCHEDULER_TEST_BROKER": BROKERS[name],
             "SCHEDULER_CELERY_QUEUE_PREFIX": "bench.%s." % uuid.uuid4().hex[:8],
+            "SCHEDULER_CELERY_JOBS_PER_MESSAGE": str(jobs_per_message),
         }
         worker_env = {**env, "DATABASE_URL": url + "?conn_max_age=600"}  # see docs/celery.md
         queue = env["SCHEDULER_CELERY_QUEUE_PREFIX"] + "default"
@@ -129,18 +136,32 @@ def start_executor(
     return processes
 
 
-def bench_plain(broker: str, jobs: int, concurrency: int) -> dict:
-    """Drain ``jobs`` no-op tasks through plain Celery on ``broker`` (bench/celery_plain.py)."""
+class Busy:
+    """How busy the machine's CPUs were between start() and result() (busy / total)."""
+
+    def start(self) -> None:
+        self.busy, self.total = machine_cpu()
+
+    def result(self) -> float:
+        busy, total = machine_cpu()
+        return (busy - self.busy) / max(total - self.total, 1)
+
+
+def bench_plain(broker: str, jobs: int, concurrency: int, workers: int = 1) -> dict:
+    """Drain ``jobs`` no-op tasks through plain Celery on ``broker`` (bench/celery_plain.py)
+    with ``workers`` worker processes."""
     sys.path.insert(0, str(REPO / "bench"))
     import celery_plain
 
     queue = "bench.%s.plain" % uuid.uuid4().hex[:8]
     key = "bench-plain-%s" % uuid.uuid4().hex[:8]
     env = {"SCHEDULER_TEST_BROKER": BROKERS[broker], "PYTHONPATH": str(REPO / "bench")}
-    worker = celery_worker("celery_plain", queue, concurrency, env)
-    wait_started([worker], "plain Celery on %s" % broker)
+    started = [celery_worker("celery_plain", queue, concurrency, env) for _ in range(workers)]
+    wait_started(started, "plain Celery on %s" % broker)
     publisher = Celery("bench_plain_publisher", broker=BROKERS[broker])
+    busy = Busy()
     try:
+        busy.start()
         t0 = time.time()
         with publisher.producer_or_acquire() as producer:
             for _ in range(jobs):
@@ -151,12 +172,14 @@ def bench_plain(broker: str, jobs: int, concurrency: int) -> dict:
                 raise RuntimeError("plain Celery tasks still unfinished after 300 s")
             time.sleep(0.005)
         seconds = time.time() - t0
+        cpu = busy.result()
     finally:
-        worker.stop()
+        for worker in started:
+            worker.stop()
         celery_plain.counter.delete(key)
         with publisher.connection_for_write() as connection:
             connection.default_channel.queue_delete(queue)
-    return {"jobs_s": jobs / seconds, "seconds": seconds}
+    return {"jobs_s": jobs / seconds, "seconds": seconds, "cpu": cpu}
 
 
 def wait_finished(timeout: float) -> None:
@@ -177,12 +200,15 @@ def bench_drain(jobs: int) -> dict:
     from scheduler_app.scheduling import schedule_many
 
     Job.objects.all().delete()
+    busy = Busy()
     with transaction.atomic():
         schedule_many("tests.noop", [{}] * jobs)
+        busy.start()
     t0 = time.time()
     wait_finished(300)
+    cpu = busy.result()
     last = Job.objects.aggregate(last=Max("finished_at"))["last"].timestamp()
-    return {"jobs_s": jobs / (last - t0), "seconds": last - t0}
+    return {"jobs_s": jobs / (last - t0), "seconds": last - t0, "cpu": cpu}
 
 
 def bench_pickup() -> dict:
@@ -208,12 +234,20 @@ def bench_pickup() -> dict:
     }
 
 
-def bench_executor(name: str, url: str, jobs: int, concurrency: int, celery_workers: int = 1):
-    """Return (drain, pickup) for executor ``name``; pickup only with one Celery worker."""
-    processes = start_executor(name, url, concurrency, celery_workers)
+def bench_executor(
+    name: str,
+    url: str,
+    jobs: int,
+    concurrency: int,
+    celery_workers: int = 1,
+    jobs_per_message: int = 1,
+    pickup: bool = True,
+):
+    """Return (drain, pickup) for executor ``name``; pickup None unless asked."""
+    processes = start_executor(name, url, concurrency, celery_workers, jobs_per_message)
     try:
         drain = bench_drain(jobs)
-        pickup = bench_pickup() if celery_workers == 1 else None
+        pickup = bench_pickup() if pickup else None
     finally:
         for process in processes:
             process.stop()
@@ -224,6 +258,7 @@ def main() -> None:
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
     jobs = env_int("BENCH_JOBS", 2000)
     concurrency = env_int("BENCH_CONCURRENCY", 8)
+    per_message = env_int("BENCH_JOBS_PER_MESSAGE", 8)
     recreate_database(url)
     setup_django(url)
     migrate()
@@ -239,10 +274,21 @@ def main() -> None:
     for broker in BROKERS:
         plain = bench_plain(broker, jobs, concurrency)
         measured("plain Celery on %s (1 worker)" % broker, plain, None, None)
-        drain, pickup = bench_executor(broker, url, jobs, concurrency)
-        measured("Celery executor on %s (1 worker)" % broker, drain, pickup, plain)
-        drain, _ = bench_executor(broker, url, jobs, concurrency, celery_workers=2)
-        measured("Celery executor on %s (2 workers)" % broker, drain, None, plain)
+        plain2 = bench_plain(broker, jobs, concurrency, workers=2)
+        measured("plain Celery on %s (2 workers)" % broker, plain2, None, plain)
+        drain, _ = bench_executor(broker, url, jobs, concurrency, pickup=False)
+        measured("Celery executor on %s (1 worker, 1 job a message)" % broker, drain, None, plain)
+        for workers in (1, 2):
+            drain, pickup = bench_executor(
+                broker, url, jobs, concurrency, workers, per_message, pickup=workers == 1
+            )
+            label = "Celery executor on %s (%s worker%s, %s jobs a message)" % (
+                broker,
+                workers,
+                "s" if workers > 1 else "",
+                per_message,
+            )
+            measured(label, drain, pickup, plain)
     section = "\n## %s — jobs=%s concurrency=%s\n\n%s\n\n" % (
         time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         jobs,
@@ -250,8 +296,9 @@ def main() -> None:
         machine_line(machine),
     )
     section += (
-        "| executor | drain | ratio to plain Celery | pickup latency (%s jobs, one every 50 ms) |\n"
-        "|---|---|---|---|\n" % PICKUP_JOBS
+        "| executor | drain | ratio to plain Celery (1 worker) | CPUs busy | pickup latency "
+        "(%s jobs, one every 50 ms) |\n"
+        "|---|---|---|---|---|\n" % PICKUP_JOBS
     )
     section += "".join(row(label, d, p, plain, jobs) for label, d, p, plain in rows)
     results = Path(os.environ.get("BENCH_RESULTS", REPO / "bench" / "results-celery.md"))
@@ -272,12 +319,13 @@ def row(label: str, drain: dict, pickup: dict | None, plain: dict | None, jobs: 
             pickup["p99"],
             pickup["max"],
         )
-    return "| %s | **%.0f jobs/s** (%s jobs in %.2f s) | %s | %s |\n" % (
+    return "| %s | **%.0f jobs/s** (%s jobs in %.2f s) | %s | %.0f%% | %s |\n" % (
         label,
         drain["jobs_s"],
         jobs,
         drain["seconds"],
         ratio,
+        drain["cpu"] * 100,
         latency,
     )
 

@@ -94,6 +94,7 @@ DEFAULTS: dict[str, Any] = {
     "CELERY_QUEUE_PREFIX": "scheduler_app.",  # Celery queue = prefix + job queue
     "CELERY_MAX_IN_FLIGHT": 1000,  # published, not yet started messages per queue
     "CELERY_MAX_BROKER_WAIT": 300.0,  # seconds a message may wait before it is published again
+    "CELERY_JOBS_PER_MESSAGE": 1,  # most jobs one Celery message carries, run in turn
     # Operability (see docs/operability.md): alerts, workers' heartbeats, stale sends.
     "ALERT_INTERVAL": 60.0,
     "ALERT_NOTIFIERS": ["scheduler_app.alerts.notifiers.MailAdmins"],
@@ -333,6 +334,12 @@ DESCRIPTIONS: dict[str, str] = {
         "Seconds a published job may wait in the broker before the relay hands it back and "
         "publishes it again (a lost message); its old message is then refused if it ever "
         "arrives (check `scheduler_app.E063`)."
+    ),
+    "CELERY_JOBS_PER_MESSAGE": (
+        "Most jobs the relay puts in one Celery message; a Celery worker thread runs them "
+        "one after the other. Above 1, a backlog costs Celery's per-message work once per "
+        "message instead of once per job, but jobs of one message never run side by side: "
+        "for short jobs (check `scheduler_app.E064`)."
     ),
     "ALERT_INTERVAL": (
         "Seconds between evaluations of the alert rules; every worker offers to run them, "

@@ -113,6 +113,7 @@ SCHEDULER_APP = {
     "CELERY_APP": "tests.celery_app.app",
     "CELERY_QUEUE_PREFIX": env.str("SCHEDULER_CELERY_QUEUE_PREFIX", "scheduler_tests."),
     "CELERY_MAX_BROKER_WAIT": env.float("SCHEDULER_CELERY_MAX_BROKER_WAIT", 300.0),
+    "CELERY_JOBS_PER_MESSAGE": env.int("SCHEDULER_CELERY_JOBS_PER_MESSAGE", 1),
     "ALERT_INTERVAL": env.float("SCHEDULER_ALERT_INTERVAL", 60.0),
     "WORKER_HEARTBEAT_INTERVAL": env.float("SCHEDULER_HEARTBEAT_INTERVAL", 10.0),
     # The built-in prune schedule is on by default; tests of declared schedules count

@@ -1,13 +1,14 @@
-"""Start, run and record a published job inside a Celery worker.
+"""Start, run and record published jobs inside a Celery worker.
 
 The same path as runworker's: ``execute()`` runs the handler (registry,
 retries, Retry-After, payload versions), the outcome is recorded fenced by
 the lease token, and the task's timeout fails the attempt when the handler
 returns. Only the start differs: a guarded UPDATE takes the job over from
-the relay and consumes its token. The tasks a worker process runs at once
-share their statements: starts that arrive together commit together (each
-before its handler runs), outcomes are recorded in groups, and one thread
-renews every lease held (see grouping and renewals).
+the relay and consumes its token. A task runs its message's jobs in turn, and
+records each outcome in the transaction that starts its next job; the tasks a
+worker process runs at once share those transactions (see grouping), each
+committed before the handlers it started run, and one thread renews every
+lease held (see renewals).
 """
 
 from __future__ import annotations
@@ -40,9 +41,12 @@ logger = logging.getLogger("scheduler_app.celery")
 
 
 Delivery = tuple[int, int, str, dt.timedelta]  # (job id, lease token, worker id, lease)
+Outcome = tuple[Finish, str]  # (finish, worker id)
+Step = tuple[Outcome | None, Delivery | None]  # an outcome to record, then a delivery to start
+Started = tuple[ClaimedJob, str] | None
 
 
-def start_deliveries(deliveries: Sequence[Delivery]) -> list[tuple[ClaimedJob, str] | None]:
+def start_deliveries(deliveries: Sequence[Delivery]) -> list[Started]:
     """Take published jobs over from the relay; return each one's job and queue, or None.
 
     A guarded UPDATE moves each token on (published -> started): of two
@@ -50,19 +54,28 @@ def start_deliveries(deliveries: Sequence[Delivery]) -> list[tuple[ClaimedJob, s
     None: the token is spent (a duplicate delivery), or the job was handed
     back or rescued.
     """
-    started: dict[tuple[int, int], tuple[ClaimedJob, str]] = {}
     by_start: dict[tuple[str, dt.timedelta], list[tuple[int, int]]] = {}
     for job_id, token, worker_id, lease in deliveries:
         by_start.setdefault((worker_id, lease), []).append((job_id, token))
-    for (worker_id, lease), pairs in by_start.items():
-        for row in backend().start_jobs(pairs, worker=worker_id, lease=lease):
-            job = ClaimedJob.from_row(row[:-1])
-            started[(job.id, job.lease_token - 1)] = (job, row[-1])
+    rows = [
+        row
+        for (worker_id, lease), pairs in by_start.items()
+        for row in backend().start_jobs(pairs, worker=worker_id, lease=lease)
+    ]
+    return matched(deliveries, rows)
+
+
+def matched(deliveries: Sequence[Delivery], rows: Sequence[tuple]) -> list[Started]:
+    """Return, for each delivery, the job and queue of the started row its token matched."""
+    started: dict[tuple[int, int], tuple[ClaimedJob, str]] = {}
+    for row in rows:
+        job = ClaimedJob.from_row(row[:-1])
+        started[(job.id, job.lease_token - 1)] = (job, row[-1])
     # pop: a second delivery of the same message in the group gets None.
     return [started.pop((job_id, token), None) for job_id, token, _, _ in deliveries]
 
 
-def record_outcomes(outcomes: Sequence[tuple[Finish, str]]) -> list[bool]:
+def record_outcomes(outcomes: Sequence[Outcome]) -> list[bool]:
     """Record (finish, worker id) pairs fenced by their tokens; return whether each held.
 
     A group the database refuses (an unstorable result, say) is recorded
@@ -83,46 +96,172 @@ def record_outcomes(outcomes: Sequence[tuple[Finish, str]]) -> list[bool]:
     return [finish.job.fence in accepted for finish, _ in outcomes]
 
 
-_starts = GroupCommit(start_deliveries)
-_outcomes = GroupCommit(record_outcomes)
+def take_steps(steps: Sequence[Step]) -> list[tuple[bool | None, Started | DatabaseError]]:
+    """Record the outcomes of ``steps``, then start their deliveries; return for each step
+    whether its outcome held (None: none) and its delivery's start (see start_deliveries;
+    None: none), or the error that refused the starts.
+
+    An error of the outcomes is raised and nothing is started: each caller tries its
+    step again whole. An error of the starts, once the outcomes are in, is each start's
+    result instead, so no outcome is recorded twice.
+    """
+    outcomes = [outcome for outcome, _ in steps if outcome is not None]
+    deliveries = [delivery for _, delivery in steps if delivery is not None]
+    held, started = together(outcomes, deliveries) or apart(outcomes, deliveries)
+    held_in_turn, started_in_turn = iter(held), iter(started)
+    return [
+        (
+            next(held_in_turn) if outcome is not None else None,
+            next(started_in_turn) if delivery is not None else None,
+        )
+        for outcome, delivery in steps
+    ]
 
 
-def start(
-    job_id: int, lease_token: int, *, worker_id: str, lease: dt.timedelta
-) -> tuple[ClaimedJob, str] | None:
-    """Take a published job over from the relay, with whatever deliveries this process's
-    other tasks start at the same moment; return it and its queue, or None (see
-    start_deliveries)."""
-    return _starts.submit((job_id, lease_token, worker_id, lease))
-
-
-def run_published(job_id: int, lease_token: int, *, worker_id: str, lease: dt.timedelta) -> str:
-    """Start job ``job_id`` under ``lease_token``, run it, record the outcome; return
-    "refused", "stale", or the attempt's outcome ("succeeded", "retried", "interrupted" for
-    a hand-back under a kill switch, ...)."""
+def together(
+    outcomes: Sequence[Outcome], deliveries: Sequence[Delivery]
+) -> tuple[list[bool], list[Started]] | None:
+    """Record ``outcomes`` and start ``deliveries`` in one round trip and one commit
+    (backend().finish_and_start); return (held, started), or None where they cannot
+    go together: more than one worker id or lease among them (never within one Celery
+    worker process), a success's cursor proposals to save, or an outcome the database
+    refuses (a lost connection is raised)."""
+    finished_by = {worker_id for _, worker_id in outcomes}
+    starts = {(worker_id, lease) for _, _, worker_id, lease in deliveries}
+    if len(finished_by) > 1 or len(starts) > 1:
+        return None
+    if any(finish.cursors and finish.status == Job.Status.SUCCEEDED for finish, _ in outcomes):
+        return None
+    worker_id, lease = next(iter(starts), ("", dt.timedelta(0)))
     try:
-        started = start(job_id, lease_token, worker_id=worker_id, lease=lease)
-        if started is None:
-            logger.info(
-                "delivery refused, its lease token is spent (a duplicate, or the job was "
-                "handed back or rescued) job=%s token=%s worker=%s",
-                job_id,
-                lease_token,
-                worker_id,
+        accepted, rows = backend().finish_and_start(
+            [finish.as_row() for finish, _ in outcomes],
+            next(iter(finished_by), ""),
+            [(job_id, token) for job_id, token, _, _ in deliveries],
+            worker=worker_id,
+            lease=lease,
+        )
+    except CONNECTION_ERRORS:
+        raise
+    except DatabaseError:
+        return None  # an unstorable outcome, say: record_outcomes() records one by one
+    return [finish.job.fence in accepted for finish, _ in outcomes], matched(deliveries, rows)
+
+
+def apart(
+    outcomes: Sequence[Outcome], deliveries: Sequence[Delivery]
+) -> tuple[list[bool], list[Started | DatabaseError]]:
+    """Record ``outcomes``, then start ``deliveries`` (see take_steps)."""
+    held = record_outcomes(outcomes)
+    try:
+        return held, list(start_deliveries(deliveries))
+    except DatabaseError as exc:
+        return held, [exc] * len(deliveries)
+
+
+_steps = GroupCommit(take_steps)
+
+
+def step(
+    finish: Finish | None, delivery: Delivery | None, *, worker_id: str, within: dt.timedelta
+) -> tuple[bool | None, Started | DatabaseError]:
+    """Record ``finish`` fenced by its token, then start ``delivery``, with the steps this
+    process's other tasks take at the same moment; return take_steps()' answer for it.
+
+    A lost connection is tried again on a new one for up to ``within`` (the outcome's
+    lease no longer renews), as runworker keeps an outcome for its next turn.
+    """
+    outcome = (finish, worker_id) if finish is not None else None
+    return write_across_reconnects(
+        lambda: _steps.submit((outcome, delivery)),
+        seconds=within.total_seconds(),
+        retry_on=CONNECTION_ERRORS,
+    )
+
+
+def start(job_id: int, lease_token: int, *, worker_id: str, lease: dt.timedelta) -> Started:
+    """Take a published job over from the relay (see step); return it and its queue, or
+    None (see start_deliveries)."""
+    _, started = step(
+        None, (job_id, lease_token, worker_id, lease), worker_id=worker_id, within=lease / 2
+    )
+    if isinstance(started, DatabaseError):
+        raise started
+    return started
+
+
+def run_deliveries(
+    deliveries: Sequence[tuple[int, int]], *, worker_id: str, lease: dt.timedelta
+) -> list[str]:
+    """Run each published job of ``deliveries`` ((job id, lease token) pairs) in turn: start
+    it, run it, record its outcome; return for each "refused", "stale", or the attempt's
+    outcome ("succeeded", "retried", "interrupted" for a hand-back under a kill switch, ...).
+
+    A job starts only once the one before it has finished, in the same commit as that
+    one's outcome (see step): one commit per job, and a job waiting its turn is still
+    the relay's, so if this worker dies it goes back unharmed.
+    """
+    reported: list[str] = []
+    finish: Finish | None = None  # the last job's outcome, recorded with the next start
+    try:
+        for job_id, lease_token in deliveries:
+            held, started = step(
+                finish,
+                (job_id, lease_token, worker_id, lease),
+                worker_id=worker_id,
+                within=lease / 2,
             )
-            return "refused"
-        job, queue = started
-        if current_pauses().covers(queue=queue, task_name=job.task_name):
-            finish = hand_back(
-                job, "A kill switch covers it; handed back by %s without running." % worker_id
-            )
-        else:
-            with renewer().holding(job, worker_id=worker_id, lease=lease):
-                finish = run(job)
-        # The lease no longer renews: record within half of it, across a lost connection.
-        return record(finish, worker_id=worker_id, within=lease / 2)
+            if finish is not None:
+                reported.append(report(finish, held))
+            if isinstance(started, DatabaseError):
+                raise started
+            finish = None
+            if started is None:
+                logger.info(
+                    "delivery refused, its lease token is spent (a duplicate, or the job was "
+                    "handed back or rescued) job=%s token=%s worker=%s",
+                    job_id,
+                    lease_token,
+                    worker_id,
+                )
+                reported.append("refused")
+            else:
+                finish = attempt(*started, worker_id=worker_id, lease=lease)
+        if finish is not None:
+            held, _ = step(finish, None, worker_id=worker_id, within=lease / 2)
+            reported.append(report(finish, held))
     finally:
         close_old_connections()
+    return reported
+
+
+def attempt(job: ClaimedJob, queue: str, *, worker_id: str, lease: dt.timedelta) -> Finish:
+    """Run a started job, holding its lease renewed, unless a kill switch covers it: then
+    return the Finish that hands it back unrun."""
+    if current_pauses().covers(queue=queue, task_name=job.task_name):
+        return hand_back(
+            job, "A kill switch covers it; handed back by %s without running." % worker_id
+        )
+    with renewer().holding(job, worker_id=worker_id, lease=lease):
+        return run(job)
+
+
+def report(finish: Finish, held: bool | None) -> str:
+    """Return what became of ``finish`` once recorded (``held``: its fence held); log a
+    stale one, and send job_failed as runworker does."""
+    job = finish.job
+    if not held:
+        logger.warning(
+            "stale completion discarded job=%s task=%s attempt=%s: lease lost, the job was "
+            "rescued or claimed again",
+            job.id,
+            job.task_name,
+            job.attempt,
+        )
+        return "stale"
+    if finish.status == Job.Status.FAILED:
+        job_failed.send(sender=Job, job_id=job.id, task_name=job.task_name, error=finish.error)
+    return finish.outcome
 
 
 _pauses: tuple[float, PausedScopes] | None = None  # (time.monotonic() read, scopes)
@@ -150,28 +289,3 @@ def run(job: ClaimedJob) -> Finish:
     if timeout is not None and time.monotonic() - began > timeout.total_seconds():
         return timeout_failure(job)
     return finish
-
-
-def record(finish: Finish, *, worker_id: str, within: dt.timedelta) -> str:
-    """Record ``finish`` fenced by its token, with whatever outcomes this process's other
-    tasks record at the same moment, reconnecting for up to ``within`` if the database
-    connection is lost (as runworker keeps an outcome for its next turn); send job_failed
-    as runworker does."""
-    job = finish.job
-    held = write_across_reconnects(
-        lambda: _outcomes.submit((finish, worker_id)),
-        seconds=within.total_seconds(),
-        retry_on=CONNECTION_ERRORS,
-    )
-    if not held:
-        logger.warning(
-            "stale completion discarded job=%s task=%s attempt=%s: lease lost, the job was "
-            "rescued or claimed again",
-            job.id,
-            job.task_name,
-            job.attempt,
-        )
-        return "stale"
-    if finish.status == Job.Status.FAILED:
-        job_failed.send(sender=Job, job_id=job.id, task_name=job.task_name, error=finish.error)
-    return finish.outcome

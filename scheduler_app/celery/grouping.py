@@ -19,13 +19,15 @@ R = TypeVar("R")
 
 
 class _Slot(Generic[T, R]):
-    __slots__ = ("done", "error", "item", "result")
+    __slots__ = ("done", "error", "item", "result", "wake")
 
     def __init__(self, item: T) -> None:
         self.item = item
         self.done = False
         self.result: R | None = None
         self.error: BaseException | None = None
+        # Set once the item's group is applied (done), or to make this caller the next leader.
+        self.wake = threading.Event()
 
 
 class GroupCommit(Generic[T, R]):
@@ -33,32 +35,35 @@ class GroupCommit(Generic[T, R]):
     (one result per item, in order).
 
     An error ``apply`` raises is raised in every thread whose item was in the
-    group, so each caller retries (or gives up) as it would alone.
+    group, so each caller retries (or gives up) as it would alone. Each waiting
+    caller is woken only when it has something to do (its group applied, or its turn
+    to lead): a condition shared by all woke every waiting thread for every group.
     """
 
     def __init__(self, apply: Callable[[Sequence[T]], Sequence[R]]) -> None:
         self._apply = apply
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
         self._waiting: list[_Slot[T, R]] = []
         self._applying = False
 
     def submit(self, item: T) -> R:
         """Return ``item``'s result, once a group holding it has been applied."""
         slot: _Slot[T, R] = _Slot(item)
-        with self._changed:
+        with self._lock:
             self._waiting.append(slot)
-            while self._applying and not slot.done:
-                self._changed.wait()
-            if not slot.done:
-                self._applying = True
-                group, self._waiting = self._waiting, []
-        if not slot.done:
-            self._lead(group)
+            leads = not self._applying
+            self._applying = True
+        if not leads:
+            slot.wake.wait()
+        if not slot.done:  # no group under way, or the last leader handed over to this one
+            self._lead()
         if slot.error is not None:
             raise slot.error
         return slot.result  # type: ignore[return-value]
 
-    def _lead(self, group: list[_Slot[T, R]]) -> None:
+    def _lead(self) -> None:
+        with self._lock:
+            group, self._waiting = self._waiting, []
         try:
             results = self._apply([s.item for s in group])
         except BaseException as exc:  # every caller in the group sees it, as it would alone
@@ -68,8 +73,11 @@ class GroupCommit(Generic[T, R]):
             for s, result in zip(group, results, strict=True):
                 s.result = result
         finally:
-            with self._changed:
-                for s in group:
-                    s.done = True
-                self._applying = False
-                self._changed.notify_all()
+            for s in group:
+                s.done = True
+                s.wake.set()
+            with self._lock:
+                if self._waiting:
+                    self._waiting[0].wake.set()  # what arrived meanwhile: its first leads
+                else:
+                    self._applying = False

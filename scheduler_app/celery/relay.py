@@ -12,14 +12,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
 
 from celery import Celery
 
-from scheduler_app import database
 from scheduler_app.celery.publishing import publish_jobs
 from scheduler_app.db import backend
-from scheduler_app.models import Job
 from scheduler_app.worker.duties import Duty
 from scheduler_app.worker.execution import ClaimedJob
 from scheduler_app.worker.loop import Worker
@@ -34,15 +31,6 @@ BROKER_BACKOFF = 1.0
 FOLLOW_INTERVAL = 0.25
 
 
-def claim_unstarted(**claim: Any) -> list[tuple]:
-    """Claim jobs as backend().claim_jobs(**claim) does, with no started_at: a Celery worker
-    starts them (start_jobs sets it), and until then the rescue knows that none ran."""
-    with database.atomic():
-        rows = backend().claim_jobs(**claim)
-        Job.objects.filter(pk__in=[row[0] for row in rows]).update(started_at=None)
-    return rows
-
-
 class Relay(Worker):
     """Claim due jobs and publish them to Celery; never run a job here."""
 
@@ -53,11 +41,13 @@ class Relay(Worker):
         app: Celery,
         max_in_flight: int,
         max_broker_wait: float,
+        jobs_per_message: int = 1,
     ) -> None:
         super().__init__(options)
         self.app = app
         self.max_in_flight = max_in_flight
         self.max_broker_wait = max_broker_wait
+        self.jobs_per_message = jobs_per_message
         self._queue_of: dict[int, str] = {}  # published job -> its queue
         self._published_at: dict[int, float] = {}  # published job -> time.monotonic()
         self._broker_down_until = 0.0
@@ -93,12 +83,15 @@ class Relay(Worker):
             if room <= 0:
                 continue
             rows = self._with_db(
-                lambda queue=queue, room=room: claim_unstarted(
+                # Unstarted: a Celery worker starts them (start_jobs sets started_at), and
+                # until then the rescue knows that none ran.
+                lambda queue=queue, room=room: backend().claim_jobs(
                     worker=self.id,
                     queues=[queue],
                     limit=room,
                     lease=self.options.lease,
                     paused_tasks=paused_tasks,
+                    started=False,
                 )
             )
             claimed += [(queue, ClaimedJob.from_row(row)) for row in rows or ()]
@@ -118,7 +111,12 @@ class Relay(Worker):
             self._published_at[job.id] = now
         published = 0
         if not self.stopping:
-            published = publish_jobs(self.app, claimed, lease_seconds=self.options.lease_seconds)
+            published = publish_jobs(
+                self.app,
+                claimed,
+                lease_seconds=self.options.lease_seconds,
+                jobs_per_message=self.jobs_per_message,
+            )
         self._counts["published"] += published
         unpublished = [job for _, job in claimed[published:]]
         self._let_go(job.id for job in unpublished)
@@ -166,9 +164,7 @@ class Relay(Worker):
 
     def _still_published(self, ids: list[int]) -> set[int]:
         """Return those of ``ids`` still running under this relay's lease (not yet started)."""
-        return set(
-            Job.objects.running().filter(pk__in=ids, worker_id=self.id).values_list("pk", flat=True)
-        )
+        return backend().still_published(ids, relay=self.id)
 
     def _let_go(self, ids: Iterable[int]) -> None:
         for job_id in ids:

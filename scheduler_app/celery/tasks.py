@@ -10,24 +10,44 @@ import os
 from celery import Celery, shared_task
 from celery.signals import worker_init
 
-from scheduler_app.celery.execution import run_published
+from scheduler_app.celery.execution import run_deliveries
 from scheduler_app.conf import app_settings
 
 logger = logging.getLogger("scheduler_app.celery")
 
-#: The task's name, which the relay publishes to.
+#: The task the relay publishes: a message carries one or more jobs.
+RUN_JOBS = "scheduler_app.celery.run_jobs"
+
+#: The task of one job, which relays before CELERY_JOBS_PER_MESSAGE published; a Celery
+#: worker still runs the messages they left in the broker.
 RUN_JOB = "scheduler_app.celery.run_job"
+
+
+@shared_task(name=RUN_JOBS, bind=True, acks_late=True, ignore_result=True)
+def run_jobs(self, deliveries: list[list[int]], lease_seconds: float | None = None) -> list[str]:
+    """Run each job of ``deliveries`` ([job id, lease token] pairs) in turn, if its token is
+    still its claim; return what happened to each (see run_deliveries).
+
+    Each job starts just before its handler runs, so one still waiting its turn stays
+    the relay's: if this worker dies, it was never started and goes back unharmed.
+    ``lease_seconds``: the lease to hold while each runs (default LEASE_SECONDS).
+    """
+    return run_deliveries(deliveries, **_runner(self, lease_seconds))
 
 
 @shared_task(name=RUN_JOB, bind=True, acks_late=True, ignore_result=True)
 def run_job(self, job_id: int, lease_token: int, lease_seconds: float | None = None) -> str:
-    """Run job ``job_id`` if ``lease_token`` is still its claim; return what happened.
+    """Run job ``job_id`` if ``lease_token`` is still its claim; return what happened."""
+    return run_deliveries([(job_id, lease_token)], **_runner(self, lease_seconds))[0]
 
-    ``lease_seconds``: the lease to hold while it runs (default LEASE_SECONDS).
-    """
-    worker_id = "%s:%s" % (self.request.hostname or "celery", os.getpid())
-    lease = dt.timedelta(seconds=lease_seconds or app_settings.LEASE_SECONDS)
-    return run_published(job_id, lease_token, worker_id=worker_id, lease=lease)
+
+def _runner(task, lease_seconds: float | None) -> dict:
+    """Return run_deliveries()' worker id (this Celery worker's host name and process) and
+    lease for a task of this worker."""
+    return {
+        "worker_id": "%s:%s" % (task.request.hostname or "celery", os.getpid()),
+        "lease": dt.timedelta(seconds=lease_seconds or app_settings.LEASE_SECONDS),
+    }
 
 
 def connection_reuse_problem(app: Celery) -> str | None:

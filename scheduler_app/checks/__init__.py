@@ -5,7 +5,7 @@ django.core.checks keeps its own:
     tasks           @task's defaults and each task's queue (E004, E008, E010)
     schedules       declared schedules and their version (E006, E020)
     tasks_backend   Django's Tasks framework backends (E070-E072)
-    celery          the Celery executor (E060-E063)
+    celery          the Celery executor (E060-E064)
     database        the connection: no transaction pooling (E080)
     routing         the scheduler's database, its router, the outbox mode (E120-E123, W120)
     operability     alerts, heartbeats, stale sends, notifiers (E040-E044, W040)

@@ -1,4 +1,4 @@
-"""The Celery executor's settings (E060-E063), checked without importing Celery or the app."""
+"""The Celery executor's settings (E060-E064), checked without importing Celery or the app."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from django.core.checks import Error, Tags, register
 from scheduler_app.conf import app_settings, is_number
 
 CELERY_APP_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+#: Most jobs one message may carry: its arguments stay a small message.
+MAX_JOBS_PER_MESSAGE = 10_000
 
 
 @register(Tags.compatibility)
@@ -49,6 +52,19 @@ def check_celery_settings(app_configs: Any = None, **kwargs: Any) -> list[Error]
                 "SCHEDULER_APP['CELERY_MAX_BROKER_WAIT'] must be a positive, finite number of "
                 "seconds.",
                 id="scheduler_app.E063",
+            )
+        )
+    per_message = app_settings.CELERY_JOBS_PER_MESSAGE
+    if (
+        isinstance(per_message, bool)
+        or not isinstance(per_message, int)
+        or not 1 <= per_message <= MAX_JOBS_PER_MESSAGE
+    ):
+        errors.append(
+            Error(
+                "SCHEDULER_APP['CELERY_JOBS_PER_MESSAGE'] must be an integer from 1 to %s."
+                % MAX_JOBS_PER_MESSAGE,
+                id="scheduler_app.E064",
             )
         )
     return errors

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+import socket
 
 import pytest
 import redis
@@ -12,6 +13,7 @@ from kombu import Queue
 
 from scheduler_app import clock, controls
 from scheduler_app.cancellation import CancelOutcome, cancel
+from scheduler_app.celery import RUN_JOB
 from scheduler_app.celery.publishing import publish_jobs
 from scheduler_app.db import backend
 from scheduler_app.models import Job, JobAttempt, SendBatch
@@ -66,6 +68,102 @@ def test_jobs_drain_exactly_once(broker, relay, celery_worker):
     assert set(Job.objects.values_list("attempts", flat=True)) == {1}
     worker_ids = set(Job.objects.values_list("worker_id", flat=True))
     assert all(worker_id.endswith(":%s" % worker.pid) for worker_id in worker_ids), worker_ids
+
+
+def test_a_relay_publishing_several_jobs_a_message_runs_each_once(broker, relay, celery_worker):
+    """With CELERY_JOBS_PER_MESSAGE, a backlog goes out several jobs a message, and each job
+    runs exactly once, started in turn by the Celery worker."""
+    count = 200
+    job_ids = {job.pk for job in schedule_many("tests.record", [{}] * count)}
+    relay(env={"SCHEDULER_CELERY_JOBS_PER_MESSAGE": "8"})
+    worker = celery_worker()
+    wait_until(all_finished, timeout=60, interval=0.1, message="every job to finish")
+
+    assert sorted(Run.objects.values_list("job_id", flat=True)) == sorted(job_ids)
+    assert set(Run.objects.values_list("pid", flat=True)) == {worker.pid}
+    assert not JobAttempt.objects.exists(), "leases expired or jobs were handed back"
+    assert set(Job.objects.values_list("status", "attempts")) == {(Status.SUCCEEDED, 1)}
+
+
+def test_a_run_job_message_an_older_relay_left_in_the_broker_still_runs(broker, celery_worker):
+    """Relays before CELERY_JOBS_PER_MESSAGE published run_job(job id, token): a Celery worker
+    upgraded first still runs those messages, under its own worker id."""
+    job = schedule("tests.record", {})
+    claimed = claim_as("test-relay", job)
+    make_app(broker.url).send_task(
+        RUN_JOB,
+        args=(claimed.id, claimed.lease_token),
+        kwargs={"lease_seconds": 2.0},
+        queue=broker.queue(),
+    )
+
+    worker = celery_worker()
+    stored = wait_for_status(job, Status.SUCCEEDED)
+
+    assert Run.objects.filter(job_id=job.pk).count() == 1
+    assert stored.worker_id.endswith("@%s:%s" % (socket.gethostname(), worker.pid))
+
+
+def test_jobs_are_split_evenly_into_messages(broker):
+    """Ten jobs at most four a message: three messages, of 4, 3 and 3 jobs."""
+    jobs = [claim_as("test-relay", schedule("tests.record", {"n": n})) for n in range(10)]
+    app = make_app(broker.url)
+
+    published = publish_jobs(
+        app, [("default", job) for job in jobs], lease_seconds=2.0, jobs_per_message=4
+    )
+
+    assert published == 10
+    assert messages_waiting(app, broker) == 3
+
+
+def messages_waiting(app, broker) -> int:
+    """Return how many messages wait in ``broker``'s default queue."""
+    if broker.name == "redis":
+        return redis.Redis.from_url(broker.url).llen(broker.queue())
+    with app.connection_for_write() as conn:
+        return conn.default_channel.queue_declare(broker.queue(), passive=True).message_count
+
+
+@pytest.mark.parametrize("broker", ["rabbitmq"], indirect=True)
+def test_a_celery_worker_killed_mid_message_leaves_its_unstarted_jobs_to_run_once(
+    broker, celery_worker, tmp_path
+):
+    """A Celery worker SIGKILLed while the first job of a three-job message runs: RabbitMQ
+    delivers the message again, the first job's delivery is refused (it started), and the
+    two it never started run once each, without using an attempt."""
+    flag = tmp_path / "release"
+    blocker = claim_as("test-relay", schedule("tests.block_until_flag", {"flag": str(flag)}))
+    rest = [claim_as("test-relay", schedule("tests.record", {"n": n})) for n in range(2)]
+    app = make_app(broker.url)
+    assert (
+        publish_jobs(
+            app,
+            [("default", job) for job in [blocker, *rest]],
+            lease_seconds=30.0,
+            jobs_per_message=3,
+        )
+        == 3
+    )
+    doomed = celery_worker()
+    wait_until(lambda: Run.objects.filter(job_id=blocker.id).exists(), message="the first job")
+
+    doomed.kill()
+    assert not Run.objects.filter(job_id__in=[job.id for job in rest]).exists()
+    flag.touch()
+    rescuer = celery_worker()
+    for job in rest:
+        wait_for_status(Job.objects.get(pk=job.id), Status.SUCCEEDED)
+    rescuer.wait_for_output("delivery refused, its lease token is spent")
+
+    assert list(Run.objects.filter(job_id__in=[job.id for job in rest]).values_list("pid")) == [
+        (rescuer.pid,),
+        (rescuer.pid,),
+    ]
+    assert set(Job.objects.filter(pk__in=[job.id for job in rest]).values_list("attempts")) == {
+        (1,)
+    }
+    assert Run.objects.filter(job_id=blocker.id).count() == 1
 
 
 @pytest.mark.postgres_only

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -10,11 +11,13 @@ import pytest
 from django.db import connection
 
 from scheduler_app.celery import execution
-from scheduler_app.celery.execution import record_outcomes, run_published, start
+from scheduler_app.celery.execution import record_outcomes, run_deliveries, start
 from scheduler_app.celery.renewals import Renewer
 from scheduler_app.db import backend
+from scheduler_app.db.postgresql.jobs import START
+from scheduler_app.db.postgresql.statements import bound_cursor
 from scheduler_app.models import Job
-from scheduler_app.scheduling import schedule
+from scheduler_app.scheduling import schedule, schedule_many
 from scheduler_app.worker.execution import ClaimedJob, hand_back
 from scheduler_app.worker.outcomes import record_one
 from tests.helpers import database_url, wait_until
@@ -63,24 +66,91 @@ def test_a_message_of_a_handed_back_job_is_refused_and_runs_nothing():
     published = publish(job)
     assert record_one(hand_back(published, "relay stopping"), worker="relay") == {published.fence}
 
-    outcome = run_published(job.pk, published.lease_token, worker_id="celery-a", lease=LEASE)
+    outcomes = run_deliveries([(job.pk, published.lease_token)], worker_id="celery-a", lease=LEASE)
 
-    assert outcome == "refused"
+    assert outcomes == ["refused"]
     assert not Run.objects.exists()
     assert Job.objects.get(pk=job.pk).status == "pending"
 
 
-def test_run_published_runs_and_records_the_job_once():
+def test_run_deliveries_runs_and_records_the_job_once():
     job = schedule("tests.record", {})
     published = publish(job)
+    delivery = (job.pk, published.lease_token)
 
-    assert run_published(job.pk, published.lease_token, worker_id="w", lease=LEASE) == "succeeded"
-    assert run_published(job.pk, published.lease_token, worker_id="w", lease=LEASE) == "refused"
+    assert run_deliveries([delivery], worker_id="w", lease=LEASE) == ["succeeded"]
+    assert run_deliveries([delivery], worker_id="w", lease=LEASE) == ["refused"]
 
     assert Run.objects.filter(job_id=job.pk).count() == 1
     history = Job.objects.get().attempt_history()
     assert [(a.worker_id, a.outcome) for a in history] == [("w", "succeeded")]
     assert Job.objects.get(pk=job.pk).status == "succeeded"
+
+
+def test_a_message_of_several_jobs_runs_each_once_and_refuses_a_spent_token():
+    """run_deliveries runs the jobs of one message in turn; a handed-back job among them is
+    refused and the others still run."""
+    jobs = [publish(schedule("tests.record", {"n": n})) for n in range(3)]
+    assert record_one(hand_back(jobs[1], "relay stopping"), worker="relay") == {jobs[1].fence}
+
+    outcomes = run_deliveries(
+        [(job.id, job.lease_token) for job in jobs], worker_id="w", lease=LEASE
+    )
+
+    assert outcomes == ["succeeded", "refused", "succeeded"]
+    assert sorted(Run.objects.values_list("job_id", flat=True)) == [jobs[0].id, jobs[2].id]
+    statuses = dict(Job.objects.values_list("pk", "status"))
+    assert [statuses[job.id] for job in jobs] == ["succeeded", "pending", "succeeded"]
+
+
+@pytest.mark.postgres_only
+def test_a_jobs_outcome_and_the_next_jobs_start_commit_together():
+    """Of two jobs in one message, the first's outcome is recorded by the transaction that
+    starts the second: one commit per job, not two."""
+    first, second = [publish(schedule("tests.row_version", {"n": n})) for n in range(2)]
+
+    outcomes = run_deliveries(
+        [(first.id, first.lease_token), (second.id, second.lease_token)],
+        worker_id="w",
+        lease=LEASE,
+    )
+
+    assert outcomes == ["succeeded", "succeeded"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text FROM scheduler_app_job WHERE id = %s", [first.id])
+        (first_finished_by,) = cursor.fetchone()
+    second_started_by = Job.objects.get(pk=second.id).result
+    assert first_finished_by == second_started_by
+
+
+@pytest.mark.postgres_only
+def test_a_start_reads_only_the_rows_it_starts():
+    """START finds its rows by primary key: not by the index of running jobs, which holds
+    every job waiting in the broker."""
+    schedule_many("tests.record", [{}] * 2000)
+    with connection.cursor() as cursor:
+        # Statistics read before the burst (as autoanalyze leaves them): nothing runs, so
+        # the index of running jobs looks the cheapest way to every running row.
+        cursor.execute("ANALYZE scheduler_app_job")
+    waiting = backend().claim_jobs(
+        worker="relay", queues=["default"], limit=1000, lease=LEASE, started=False
+    )
+    job = ClaimedJob.from_row(waiting[0])
+    with bound_cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN (FORMAT JSON) " + START,
+            {
+                "ids": [job.id],
+                "tokens": [job.lease_token],
+                "worker": "w",
+                "frozen": None,
+                "lease": LEASE,
+            },
+        )
+        plan = json.dumps(cursor.fetchone()[0])
+    assert "scheduler_job_leases" not in plan
+    assert "Seq Scan" not in plan
+    assert "scheduler_app_job_pkey" in plan
 
 
 @pytest.mark.postgres_only
@@ -153,7 +223,7 @@ def test_starts_that_arrive_together_commit_in_one_statement(other_connection):
             wait_until(waiting_on_a_lock, message="the first start to wait on the row lock")
             followers = [pool.submit(start_one, job) for job in deliveries]
             wait_until(
-                lambda: len(execution._starts._waiting) == len(deliveries),
+                lambda: len(execution._steps._waiting) == len(deliveries),
                 message="the other deliveries to wait for the first start",
             )
         finally:

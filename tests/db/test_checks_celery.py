@@ -1,4 +1,4 @@
-"""System checks of the Celery executor's settings (E060-E063), which never import Celery."""
+"""System checks of the Celery executor's settings (E060-E064), which never import Celery."""
 
 from __future__ import annotations
 
@@ -53,3 +53,13 @@ def test_max_in_flight_must_be_a_positive_integer_e062(value):
 )
 def test_max_broker_wait_must_be_a_positive_number_e063(value):
     assert [e[0] for e in celery_errors(CELERY_MAX_BROKER_WAIT=value)] == ["scheduler_app.E063"]
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, True, "8", 10_001])
+def test_jobs_per_message_must_be_a_positive_integer_e064(value):
+    assert celery_errors(CELERY_JOBS_PER_MESSAGE=value) == [
+        (
+            "scheduler_app.E064",
+            "SCHEDULER_APP['CELERY_JOBS_PER_MESSAGE'] must be an integer from 1 to 10000.",
+        )
+    ]

@@ -67,7 +67,7 @@ def test_claim_reads_the_claim_index_in_order_when_statistics_know_no_backlog():
         "worker": "w",
         "queues": ["default"],
         "limit": 10,
-        "started": now,
+        "started": True,
         "frozen": None,
         "lease": dt.timedelta(seconds=30),
         "paused_tasks": [],

@@ -30,6 +30,17 @@ def record(job):
     Run.objects.create(job_id=job.job_id, attempt=job.attempt, pid=os.getpid())
 
 
+@task(name="tests.row_version")
+def row_version(job):
+    """Return the transaction id that last wrote this job's row (PostgreSQL's xmin): while
+    the handler runs, the transaction that started it."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text FROM scheduler_app_job WHERE id = %s", [job.job_id])
+        return cursor.fetchone()[0]
+
+
 @task(name="tests.block_until_flag")
 def block_until_flag(job):
     """Record this run, then wait until the file payload['flag'] exists; then mark it finished.

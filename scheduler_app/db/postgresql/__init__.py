@@ -24,9 +24,11 @@ from scheduler_app.db.postgresql.jobs import (
     CHANNEL,
     claim_jobs,
     finish_and_claim,
+    finish_and_start,
     finish_jobs,
     notify,
     start_jobs,
+    still_published,
 )
 from scheduler_app.db.postgresql.lateness import lateness_percentiles
 from scheduler_app.db.postgresql.locks import (
@@ -53,6 +55,7 @@ __all__ = [
     "claim_recipients",
     "extend_claims",
     "finish_and_claim",
+    "finish_and_start",
     "finish_jobs",
     "freeze_recipients",
     "lane_session",
@@ -66,6 +69,7 @@ __all__ = [
     "read_job_state",
     "read_now",
     "start_jobs",
+    "still_published",
     "try_alert_lock",
     "try_scheduler_lock",
     "undo_job",

@@ -42,13 +42,13 @@ WITH due AS MATERIALIZED (
 UPDATE {JOB} AS j
 SET status = 'running', worker_id = %(worker)s,
     lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s,
-    started_at = {NOW.format(frozen="%(frozen)s")}, attempts = j.attempts + 1,
-    lease_token = j.lease_token + 1
+    started_at = CASE WHEN %(started)s THEN {NOW.format(frozen="%(frozen)s")} END,
+    attempts = j.attempts + 1, lease_token = j.lease_token + 1
 FROM due
 WHERE j.id = due.id
 RETURNING j.id, j.task_name, j.payload::text, j.payload_version, j.attempts, j.max_attempts,
           j.scheduled_for, j.run_at, j.unique_key, j.lease_token, j.retry_later_deadline,
-          j.started_at
+          {NOW.format(frozen="%(frozen)s")}
 """
 """Claim up to `limit` due jobs. SKIP LOCKED so a slow claimer never blocks the
 others, and a row a cancel holds is skipped, not waited for. Due, lease and start
@@ -58,7 +58,11 @@ started_at returned (see worker.execution.ClaimedJob.now).
 The locking query is a MATERIALIZED CTE, run once. As a subquery in FROM, with the
 statistics of an emptied table the planner put it inside a nested loop and ran it
 again for each row of the table: each run skipped the rows already updated and locked
-the next ones, and one claim took every due job (tests/db/test_claim_limits.py)."""
+the next ones, and one claim took every due job (tests/db/test_claim_limits.py).
+
+``started``: false for the Celery relay, whose jobs a Celery worker starts (start_jobs
+sets started_at); the rescue tells them from started ones by it. Either way the claim's
+time is returned last, where started_at would be."""
 
 IN_CLAIM_ORDER = "SELECT set_config('enable_sort', 'off', true)"
 """Sent before CLAIM in the same transaction: the claim index holds pending jobs in claim
@@ -122,10 +126,11 @@ def claim_jobs(
     limit: int,
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
+    started: bool = True,
 ) -> list[tuple]:
     """Claim up to ``limit`` due jobs for ``worker``; return their rows (see CLAIM).
 
-    The lease runs ``lease`` from the database's clock.
+    The lease runs ``lease`` from the database's clock. ``started``: see CLAIM.
     """
     return finish_and_claim(
         [],
@@ -134,6 +139,7 @@ def claim_jobs(
         limit=limit,
         lease=lease,
         paused_tasks=paused_tasks,
+        started=started,
     )[1]
 
 
@@ -143,8 +149,10 @@ def _claim_params(
     limit: int,
     lease: dt.timedelta,
     paused_tasks: Sequence[str],
+    started: bool,
 ) -> dict:
     return {
+        "started": started,
         "worker": worker,
         "queues": list(queues),
         "limit": Int4(limit),  # one type whatever the value, so one prepared statement
@@ -220,6 +228,7 @@ def finish_and_claim(
     limit: int,
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
+    started: bool = True,
 ) -> tuple[set[tuple[int, int]], list[tuple]]:
     """finish_jobs(rows) and CLAIM in one round trip; return (accepted, claimed rows), where
     accepted is as finish_jobs() returns it.
@@ -240,7 +249,7 @@ def finish_and_claim(
     """
     raw = prepare_when_asked()
     finish = _finish_params(rows, worker) if rows else None
-    claim = _claim_params(worker, queues, limit, lease, paused_tasks)
+    claim = _claim_params(worker, queues, limit, lease, paused_tasks, started)
     return prepared_again(lambda: _finish_and_claim(raw, finish, claim))
 
 
@@ -276,15 +285,18 @@ SET lease_token = {JOB}.lease_token + 1, worker_id = %(worker)s,
     started_at = {NOW.format(frozen="%(frozen)s")},
     lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS delivered (id, token)
-WHERE {JOB}.id = delivered.id AND {JOB}.lease_token = delivered.token
-  AND {JOB}.status = 'running'
+WHERE {JOB}.id = ANY(%(ids)s::bigint[]) AND {JOB}.id = delivered.id
+  AND {JOB}.lease_token = delivered.token AND ({JOB}.status = 'running') IS TRUE
 RETURNING {JOB}.id, task_name, payload::text, payload_version, attempts, max_attempts,
           scheduled_for, run_at, unique_key, {JOB}.lease_token, retry_later_deadline,
           started_at, queue
 """
 """Take claimed jobs over under their lease tokens, moving each token on (the Celery
 executor's published -> started): of two deliveries of one message only one matches.
-Returns CLAIM's columns and the queue, for the jobs that matched."""
+Returns CLAIM's columns and the queue, for the jobs that matched. Rows are found by
+primary key and the status guard is written ``IS TRUE``, as in FINISH: written plainly,
+it matched the partial index of running jobs, and every start read every running job
+(a thousand waiting in the broker, and their dead index entries)."""
 
 
 def start_jobs(
@@ -292,15 +304,69 @@ def start_jobs(
 ) -> list[tuple]:
     """Start each claimed job of ``deliveries`` ((job id, lease token) pairs) whose token is
     still its lease token, in one statement (see START); return their rows."""
+    return finish_and_start([], "", deliveries, worker=worker, lease=lease)[1]
+
+
+def finish_and_start(
+    rows: Sequence[Sequence],
+    finished_by: str,
+    deliveries: Sequence[tuple[int, int]],
+    *,
+    worker: str,
+    lease: dt.timedelta,
+) -> tuple[set[tuple[int, int]], list[tuple]]:
+    """finish_jobs(rows, worker=finished_by) and start_jobs(deliveries, ...) in one round
+    trip and one commit; return (accepted, started rows).
+
+    A Celery worker process records its tasks' outcomes and starts their next deliveries
+    together, as finish_and_claim() does for runworker: in pipeline mode, in one
+    implicit transaction (or the caller's); if either fails, neither is applied and the
+    error is raised. Both are prepared (see finish_and_claim()).
+    """
+    raw = prepare_when_asked()
+    finish = _finish_params(rows, finished_by) if rows else None
+    start = (
+        {
+            "ids": [job_id for job_id, _ in deliveries],
+            "tokens": [token for _, token in deliveries],
+            "worker": worker,
+            "frozen": clock.frozen_at(),
+            "lease": lease,
+        }
+        if deliveries
+        else None
+    )
+    return prepared_again(lambda: _finish_and_start(raw, finish, start))
+
+
+def _finish_and_start(
+    raw: psycopg.Connection, finish: list | None, start: dict | None
+) -> tuple[set[tuple[int, int]], list[tuple]]:
+    finishing = reused_cursor("finish")
+    starting = reused_cursor("start", set_up=native_timestamps)
+    with connection.wrap_database_errors:
+        with raw.pipeline():
+            if finish is not None:
+                finishing.execute(FINISH, finish, prepare=True)
+            if start is not None:
+                starting.execute(START, start, prepare=True)
+        # Read once the pipeline has ended (see _finish_and_claim).
+        accepted = set(finishing.fetchall()) if finish is not None else set()
+        return accepted, starting.fetchall() if start is not None else []
+
+
+STILL_PUBLISHED = f"""
+SELECT id FROM {JOB}
+WHERE id = ANY(%s::bigint[]) AND worker_id = %s AND ({JOB}.status = 'running') IS TRUE
+"""
+"""Which of the jobs a Celery relay published no Celery worker has started yet: they still
+run under the relay's worker id. By primary key (see START for the ``IS TRUE``)."""
+
+
+def still_published(ids: Sequence[int], *, relay: str) -> set[int]:
+    """Return those of ``ids`` still claimed by ``relay`` and not yet started (see
+    STILL_PUBLISHED): one array parameter, where an ``IN`` list of a thousand ids cost the
+    relay more to quote than PostgreSQL to answer."""
     with bound_cursor() as cursor:
-        cursor.execute(
-            START,
-            {
-                "ids": [job_id for job_id, _ in deliveries],
-                "tokens": [token for _, token in deliveries],
-                "worker": worker,
-                "frozen": clock.frozen_at(),
-                "lease": lease,
-            },
-        )
-        return cursor.fetchall()
+        cursor.execute(STILL_PUBLISHED, [list(ids), relay])
+        return {job_id for (job_id,) in cursor.fetchall()}

@@ -15,9 +15,11 @@ from scheduler_app.db.sqlite.clock import now_sql, read_now
 from scheduler_app.db.sqlite.jobs import (
     claim_jobs,
     finish_and_claim,
+    finish_and_start,
     finish_jobs,
     notify,
     start_jobs,
+    still_published,
 )
 from scheduler_app.db.sqlite.recipients import (
     begin_recipients,
@@ -36,6 +38,7 @@ __all__ = [
     "claim_recipients",
     "extend_claims",
     "finish_and_claim",
+    "finish_and_start",
     "finish_jobs",
     "freeze_recipients",
     "lane_session",
@@ -46,5 +49,6 @@ __all__ = [
     "read_job_state",
     "read_now",
     "start_jobs",
+    "still_published",
     "undo_job",
 ]

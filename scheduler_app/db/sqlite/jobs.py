@@ -54,8 +54,10 @@ def claim_jobs(
     limit: int,
     lease: dt.timedelta,
     paused_tasks: Sequence[str] = (),
+    started: bool = True,
 ) -> list[tuple]:
-    """Claim up to ``limit`` due jobs for ``worker``; return their rows."""
+    """Claim up to ``limit`` due jobs for ``worker``; return their rows, the claim's time
+    last (see postgresql.jobs.CLAIM, ``started`` included)."""
     now = read_now()
     ops = connection.ops
     sql = CLAIM.replace("{queues}", ", ".join(["%s"] * len(queues))).replace(
@@ -65,7 +67,7 @@ def claim_jobs(
     params = [
         worker,
         ops.adapt_datetimefield_value(now + lease),
-        ops.adapt_datetimefield_value(now),
+        ops.adapt_datetimefield_value(now) if started else None,
         *queues,
         ops.adapt_datetimefield_value(now),
         *paused_tasks,
@@ -74,7 +76,7 @@ def claim_jobs(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    return [_convert(row) for row in rows]
+    return [(*_convert(row)[:-1], now) for row in rows]
 
 
 def finish_jobs(rows: Sequence[Sequence], *, worker: str) -> set[tuple[int, int]]:
@@ -221,3 +223,26 @@ def start_jobs(
             if row is not None:
                 rows.append((*_convert(row[:-1]), row[-1]))
     return rows
+
+
+def finish_and_start(
+    rows: Sequence[Sequence],
+    finished_by: str,
+    deliveries: Sequence[tuple[int, int]],
+    *,
+    worker: str,
+    lease: dt.timedelta,
+) -> tuple[set[tuple[int, int]], list[tuple]]:
+    """finish_jobs(rows, worker=finished_by), then start_jobs(deliveries, ...), in one
+    transaction; return (accepted, started rows)."""
+    with database.atomic():
+        accepted = finish_jobs(rows, worker=finished_by) if rows else set()
+        return accepted, start_jobs(deliveries, worker=worker, lease=lease)
+
+
+def still_published(ids: Sequence[int], *, relay: str) -> set[int]:
+    """Return those of ``ids`` still claimed by ``relay`` and not yet started (see
+    postgresql.jobs.still_published)."""
+    return set(
+        Job.objects.running().filter(pk__in=ids, worker_id=relay).values_list("pk", flat=True)
+    )

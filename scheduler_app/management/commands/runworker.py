@@ -180,6 +180,7 @@ class Command(BaseCommand):
             app=app,
             max_in_flight=app_settings.CELERY_MAX_IN_FLIGHT,
             max_broker_wait=app_settings.CELERY_MAX_BROKER_WAIT,
+            jobs_per_message=app_settings.CELERY_JOBS_PER_MESSAGE,
         )
 
     def _serve_metrics(self, worker_id: str, options: dict[str, Any]) -> None:
