@@ -12,7 +12,7 @@ from celery import Celery
 from kombu import Connection
 
 from scheduler_app.celery.routing import celery_queue
-from scheduler_app.celery.tasks import RUN_JOBS
+from scheduler_app.celery.tasks import RUN_JOB, RUN_JOBS
 from scheduler_app.worker.execution import ClaimedJob
 
 logger = logging.getLogger("scheduler_app.celery")
@@ -138,8 +138,7 @@ def publish_jobs(
             first = confirms.published + 1 if confirms else 0
             for queue, message in messages:
                 app.send_task(
-                    RUN_JOBS,
-                    args=([[job.id, job.lease_token] for job in message],),
+                    *_task_of(message),
                     kwargs={"lease_seconds": lease_seconds},
                     queue=celery_queue(queue),
                     producer=producer,
@@ -160,6 +159,15 @@ def publish_jobs(
             sum(len(message) for _, message in messages[published:]),
         )
     return sum(len(message) for _, message in messages[:published])
+
+
+def _task_of(message: list[ClaimedJob]) -> tuple[str, tuple]:
+    """Return the task and arguments of a message: run_job for one job, which the Celery
+    workers of every release run (relays and Celery workers upgrade in any order), run_jobs
+    for several."""
+    if len(message) == 1:
+        return RUN_JOB, (message[0].id, message[0].lease_token)
+    return RUN_JOBS, ([[job.id, job.lease_token] for job in message],)
 
 
 def await_confirms(producer, channel, confirms: Confirms, tags: range) -> int:

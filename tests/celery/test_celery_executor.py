@@ -117,6 +117,25 @@ def test_jobs_are_split_evenly_into_messages(broker):
     assert messages_waiting(app, broker) == 3
 
 
+def test_one_job_a_message_goes_out_as_the_task_every_release_runs(broker):
+    """At the default of one job a message the relay publishes run_job(job id, token), the
+    task Celery workers of earlier releases know, so relays and Celery workers may be
+    upgraded in any order; run_jobs is for messages of several jobs."""
+    job = claim_as("test-relay", schedule("tests.record", {}))
+    app = make_app(broker.url)
+
+    assert publish_jobs(app, [("default", job)], lease_seconds=2.0) == 1
+
+    with app.connection_for_write() as conn:
+        channel = conn.default_channel
+        message = channel.basic_get(broker.queue(), no_ack=True)
+        if not hasattr(message, "decode"):  # py-amqp's own message: kombu's from it
+            message = channel.message_to_python(message)
+        args, kwargs, _embed = message.decode()
+    assert (message.headers["task"], args) == (RUN_JOB, [job.id, job.lease_token])
+    assert kwargs == {"lease_seconds": 2.0}
+
+
 def messages_waiting(app, broker) -> int:
     """Return how many messages wait in ``broker``'s default queue."""
     if broker.name == "redis":
