@@ -179,17 +179,6 @@ def step(
     )
 
 
-def start(job_id: int, lease_token: int, *, worker_id: str, lease: dt.timedelta) -> Started:
-    """Take a published job over from the relay (see step); return it and its queue, or
-    None (see start_deliveries)."""
-    _, started = step(
-        None, (job_id, lease_token, worker_id, lease), worker_id=worker_id, within=lease / 2
-    )
-    if isinstance(started, DatabaseError):
-        raise started
-    return started
-
-
 def run_deliveries(
     deliveries: Sequence[tuple[int, int]], *, worker_id: str, lease: dt.timedelta
 ) -> list[str]:

@@ -15,11 +15,10 @@ from scheduler_app.conf import app_settings
 
 logger = logging.getLogger("scheduler_app.celery")
 
-#: The task the relay publishes: a message carries one or more jobs.
+#: The task of a message of several jobs (CELERY_JOBS_PER_MESSAGE above 1).
 RUN_JOBS = "scheduler_app.celery.run_jobs"
 
-#: The task of one job, which relays before CELERY_JOBS_PER_MESSAGE published; a Celery
-#: worker still runs the messages they left in the broker.
+#: The task of a message of one job, which Celery workers of every release run.
 RUN_JOB = "scheduler_app.celery.run_job"
 
 

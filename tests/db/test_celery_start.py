@@ -8,10 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection
 
 from scheduler_app.celery import execution
-from scheduler_app.celery.execution import record_outcomes, run_deliveries, start
+from scheduler_app.celery.execution import Started, record_outcomes, run_deliveries, step
 from scheduler_app.celery.renewals import Renewer
 from scheduler_app.db import backend
 from scheduler_app.db.postgresql.jobs import START
@@ -26,6 +26,17 @@ from tests.testapp.models import Run
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LEASE = dt.timedelta(seconds=30)
+
+
+def start(job_id: int, lease_token: int, *, worker_id: str, lease: dt.timedelta) -> Started:
+    """Take a published job over from the relay as a Celery task does, with what other
+    threads start at the same moment (execution.step); return it and its queue, or None."""
+    _, started = step(
+        None, (job_id, lease_token, worker_id, lease), worker_id=worker_id, within=lease / 2
+    )
+    if isinstance(started, DatabaseError):
+        raise started
+    return started
 
 
 def publish(job: Job) -> ClaimedJob:
