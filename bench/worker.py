@@ -570,19 +570,51 @@ def _plan_text(node: dict) -> str:
     return text
 
 
-def _explain(cursor_class, sql: str, params, *, claim: bool = False) -> dict:  # type: ignore[no-untyped-def]
-    """EXPLAIN ANALYZE ``sql`` on a cursor of the class it was sent with (a ``claim``
-    after pg.IN_CLAIM_ORDER, as the worker sends it)."""
+#: auto_explain's settings for _explain(), transaction-local: every statement's plan with
+#: its actual rows and buffers, those run inside a function included, sent to the client.
+AUTO_EXPLAIN = (
+    ("auto_explain.log_min_duration", "0"),
+    ("auto_explain.log_analyze", "on"),
+    ("auto_explain.log_buffers", "on"),
+    ("auto_explain.log_format", "json"),
+    ("auto_explain.log_nested_statements", "on"),
+    ("client_min_messages", "log"),
+)
+
+
+def _explain(cursor_class, sql: str, params) -> dict:  # type: ignore[no-untyped-def]
+    """Run ``sql`` (a call of one of scheduler_app's functions, migration 0031) on a cursor
+    of the class it was sent with, and return the plan of the statement the function ran:
+    auto_explain logs it, with ``client_min_messages`` letting the log reach the client
+    as a notice. The caller rolls back."""
     from django.db import connection
 
-    from scheduler_app.db.postgresql import jobs as pg
+    raw = connection.connection
+    logged: list = []
 
-    with cursor_class(connection.connection) as cursor:
-        if claim:
-            cursor.execute(pg.IN_CLAIM_ORDER)  # transaction-local; the caller rolls back
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
-        raw = cursor.fetchone()[0]
-    doc = (json.loads(raw) if isinstance(raw, str) else raw)[0]
+    def keep(notice) -> None:  # type: ignore[no-untyped-def]
+        # Read in the handler: psycopg frees a notice's result when the handler returns.
+        if "plan:" in (notice.message_primary or ""):
+            logged.append(notice.message_primary)
+
+    raw.add_notice_handler(keep)
+    try:
+        with cursor_class(raw) as cursor:
+            cursor.execute("LOAD 'auto_explain'")
+            before = []
+            for name, value in AUTO_EXPLAIN:
+                cursor.execute(
+                    "SELECT current_setting(%s), set_config(%s, %s, true)", [name, name, value]
+                )
+                before.append((name, cursor.fetchone()[0]))
+            cursor.execute(sql, params)
+            for name, value in before:
+                cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
+    finally:
+        raw.remove_notice_handler(keep)
+    docs = [json.loads(message.split("plan:", 1)[1]) for message in logged]
+    (doc,) = [d for d in docs if "scheduler_app_job " in d["Query Text"]]
+    duration = float(logged[docs.index(doc)].split("duration:", 1)[1].split("ms", 1)[0])
     nodes = list(_plan_nodes(doc["Plan"]))
     sorted_rows = max(
         (
@@ -594,7 +626,7 @@ def _explain(cursor_class, sql: str, params, *, claim: bool = False) -> dict:  #
         default=0,
     )
     return {
-        "ms": doc["Execution Time"],
+        "ms": duration,
         "sorted_rows": sorted_rows,
         "plan": _plan_text(doc["Plan"]),
         "buffers": doc["Plan"].get("Shared Hit Blocks", 0)
@@ -627,10 +659,6 @@ def _sent_statement(call):  # type: ignore[no-untyped-def]
         finally:
             psycopg.Cursor.execute = original  # type: ignore[method-assign]
         transaction.set_rollback(True)
-    from scheduler_app.db.postgresql import jobs as pg
-
-    # The claim is sent between two settings statements (pg.IN_CLAIM_ORDER, pg.AFTER_CLAIM).
-    sent = [s for s in sent if s[0] not in (pg.IN_CLAIM_ORDER, pg.AFTER_CLAIM)]
     if not sent:
         raise RuntimeError("%r sent no statement through psycopg.Cursor.execute" % call)
     return result, sent[-1]
@@ -647,8 +675,6 @@ def explain_statements(jobs: int, limit: int) -> dict:
 
     The statements are the ones scheduler_app.db.postgresql.jobs.claim_jobs() and
     finish_jobs() send (captured, then explained), so this follows their changes.
-    Also explains the FINISH driven by the primary key: its status guard rewritten
-    so that no partial index predicate matches it, and the ids spelled out.
     """
     from django.db import connection, transaction
 
@@ -671,7 +697,7 @@ def explain_statements(jobs: int, limit: int) -> dict:
         _, (claim_sql, claim_params, claim_cursor) = _sent_statement(
             lambda: _call_with(pg.claim_jobs, known)
         )
-        out["claim"] = _explain(claim_cursor, claim_sql, claim_params, claim=True)
+        out["claim"] = _explain(claim_cursor, claim_sql, claim_params)
         rows = _call_with(pg.claim_jobs, known)
         finishes = [
             Finish(
@@ -686,20 +712,6 @@ def explain_statements(jobs: int, limit: int) -> dict:
             lambda: pg.finish_jobs(finishes, worker="bench")
         )
         out["finish_rows"] = len(rows)
-        # The same finish driven by the primary key (bench-only, for comparison): the
-        # status guard written so that it matches no partial index's predicate, and
-        # the ids spelled out so the planner can look them up. Then the real one.
-        ids = ",".join(str(int(row[0])) for row in rows)
-        guarded = finish_sql.replace(
-            "AND j.status = 'running'",
-            "AND (j.status = 'running') IS TRUE AND j.id = ANY('{%s}'::bigint[])" % ids,
-        )
-        if guarded != finish_sql:
-            with transaction.atomic():
-                out["finish_pkey"] = _explain(finish_cursor, guarded, finish_params)
-                transaction.set_rollback(True)
-        else:
-            out["finish_pkey"] = None
         out["finish"] = _explain(finish_cursor, finish_sql, finish_params)
         transaction.set_rollback(True)
     with connection.cursor() as cursor:
@@ -736,17 +748,6 @@ def format_explain(e: dict) -> str:
             one("CLAIM %s (scheduler_app)" % e["limit"], e["claim"]),
             one("FINISH %s (scheduler_app)" % e["finish_rows"], e["finish"]),
         ]
-        # Since #14 scheduler_app's FINISH is driven by the primary key itself.
-        + (
-            [
-                one(
-                    "FINISH %s, driven by the primary key (bench-only)" % e["limit"],
-                    e["finish_pkey"],
-                )
-            ]
-            if e["finish_pkey"] is not None
-            else []
-        )
     )
 
 

@@ -75,8 +75,8 @@ def test_the_claim_loops_statements_are_planned_once_per_connection():
     two thirds of PostgreSQL's CPU per job (bench/worker.py)."""
     prepared = claim_finish_and_claim_again()
     # As PostgreSQL keeps them: with $1, $2, ... for the parameters.
-    assert [s for s in prepared if "FOR UPDATE SKIP LOCKED" in s], prepared  # CLAIM
-    assert [s for s in prepared if "json_to_recordset" in s], prepared  # FINISH
+    assert [s for s in prepared if "scheduler_app_claim_jobs(" in s], prepared  # CLAIM
+    assert [s for s in prepared if "scheduler_app_finish_jobs(" in s], prepared  # FINISH
 
 
 def test_a_migration_that_changes_a_returned_columns_type_does_not_stop_the_claim(

@@ -29,91 +29,30 @@ ATTEMPT = JobAttempt._meta.db_table
 CHANNEL = "scheduler_app_jobs"
 
 
-CLAIM = f"""
-WITH due AS MATERIALIZED (
-    SELECT id FROM {JOB}
-    WHERE status = 'pending' AND queue = ANY(%(queues)s)
-      AND run_at <= {NOW.format(frozen="%(frozen)s")}
-      AND NOT (task_name = ANY(%(paused_tasks)s))
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE {JOB} AS j
-SET status = 'running', worker_id = %(worker)s,
-    lease_expires_at = {NOW.format(frozen="%(frozen)s")} + %(lease)s,
-    started_at = CASE WHEN %(started)s THEN {NOW.format(frozen="%(frozen)s")} END,
-    attempts = j.attempts + 1, lease_token = j.lease_token + 1
-FROM due
-WHERE j.id = due.id
-RETURNING j.id, j.task_name, j.payload::text, j.payload_version, j.attempts, j.max_attempts,
-          j.scheduled_for, j.run_at, j.unique_key, j.lease_token, j.retry_later_deadline,
-          {NOW.format(frozen="%(frozen)s")}
+CLAIM = """
+SELECT * FROM scheduler_app_claim_jobs(%(worker)s, %(queues)s, %(limit)s, %(frozen)s,
+                                       %(lease)s, %(paused_tasks)s, %(started)s)
 """
-"""Claim up to `limit` due jobs. SKIP LOCKED so a slow claimer never blocks the
-others, and a row a cancel holds is skipped, not waited for. Due, lease and start
-times are the database's clock; the worker measures its job's times from the
-started_at returned (see worker.execution.ClaimedJob.now).
-
-The locking query is a MATERIALIZED CTE, run once. As a subquery in FROM, with the
-statistics of an emptied table the planner put it inside a nested loop and ran it
-again for each row of the table: each run skipped the rows already updated and locked
-the next ones, and one claim took every due job (tests/db/test_claim_limits.py).
+"""Claim up to `limit` due jobs: a function of migration 0031 (its SQL and comments are
+there), whose plan PostgreSQL keeps per server session, also behind a transaction pooler.
+FOR UPDATE SKIP LOCKED so a slow claimer never blocks the others, and a row a cancel
+holds is skipped, not waited for. Due, lease and start times are the database's clock;
+the worker measures its job's times from the claim's time, returned last (see
+worker.execution.ClaimedJob.now). It reads the claim index in claim order and stops
+after `limit` entries, statistics or none (tests/db/test_next_due_index.py).
 
 ``started``: false for the Celery relay, whose jobs a Celery worker starts (start_jobs
-sets started_at); the rescue tells them from started ones by it. Either way the claim's
-time is returned last, where started_at would be."""
+sets started_at); the rescue tells them from started ones by it."""
 
-IN_CLAIM_ORDER = "SELECT set_config('enable_sort', 'off', true)"
-"""Sent before CLAIM in the same transaction: the claim index holds pending jobs in claim
-order, so a claim reads `limit` entries and stops. Without statistics (a fresh install's
-first burst, until autoanalyze runs) the planner guesses that almost nothing is pending,
-and reading every due job and sorting them looks as cheap: 7 ms per claim at 20,000 due
-jobs instead of 0.1 ms. Transaction-local; AFTER_CLAIM puts it back at once."""
-
-AFTER_CLAIM = "SET LOCAL enable_sort TO DEFAULT"
-
-FINISH = f"""
-WITH v AS (
-    SELECT * FROM json_to_recordset(%s::json) AS v(
-        id bigint, token bigint, status text, outcome text, run_at timestamptz, refund int,
-        error text, finished_at timestamptz, result text, deadline timestamptz,
-        attempt int, task_name text, due_at timestamptz, started_at timestamptz, history bool)
-), done AS (
-    UPDATE {JOB} AS j
-    SET status = v.status,
-        run_at = COALESCE(v.run_at, j.run_at),
-        attempts = j.attempts - v.refund,
-        finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE v.finished_at END,
-        last_error = v.error,
-        result = v.result::jsonb,
-        retry_later_deadline = COALESCE(v.deadline, j.retry_later_deadline),
-        worker_id = CASE WHEN v.history THEN '' ELSE j.worker_id END,
-        lease_expires_at = NULL
-    FROM v
-    WHERE j.id = ANY(%s::bigint[]) AND j.id = v.id AND j.lease_token = v.token
-      AND (j.status = 'running') IS TRUE
-    RETURNING j.id, j.lease_token AS token
-), recorded AS (
-    INSERT INTO {ATTEMPT} (job_id, attempt, task_name, worker_id, due_at, started_at,
-                           finished_at, outcome, error)
-    SELECT v.id, v.attempt, v.task_name, %s, v.due_at, v.started_at, v.finished_at, v.outcome,
-           v.error
-    FROM v JOIN done ON done.id = v.id AND done.token = v.token
-    WHERE v.history
-)
-SELECT id, token FROM done
-"""
-"""Record many finished attempts in one statement. The rows come as one JSON array of
-objects (see _finish_params): one parameter to encode instead of fifteen arrays, whose
-element-by-element encoding was the worker's largest cost per job. The lease_token guard
-fences out a worker whose lease expired: its rows match nothing, and write no
-history row even beside the current attempt's outcome of the same job. Rows are found
-by primary key (``j.id = ANY(ids)``); the status guard is written ``IS TRUE`` so
-that it implies no partial index's predicate, or the planner may scan one of them
-(every pending job) instead. An attempt-history row is written only where
-``history`` says the job row cannot tell the attempt (see Finish.needs_history_row);
-where it can, the row keeps the worker that ran it."""
+FINISH = "SELECT * FROM scheduler_app_finish_jobs(%s::json, %s::bigint[], %s)"
+"""Record many finished attempts in one statement: a function of migration 0031 (see
+CLAIM). The rows come as one JSON array of objects (see _finish_params): one parameter
+to encode instead of fifteen arrays, whose element-by-element encoding was the worker's
+largest cost per job. The lease_token guard fences out a worker whose lease expired: its
+rows match nothing, and write no history row even beside the current attempt's outcome
+of the same job. An attempt-history row is written only where ``history`` says the job
+row cannot tell the attempt (see Finish.needs_history_row); where it can, the row keeps
+the worker that ran it. Returns the (id, token) of each outcome accepted."""
 
 NOTIFY = "SELECT pg_notify(%s, %s)"
 """Wake idle workers; inside a transaction it is delivered at commit."""
@@ -238,14 +177,13 @@ def finish_and_claim(
     The statements go out together in psycopg's pipeline mode and run in one
     implicit transaction (or the caller's), committed once at the pipeline's
     sync: one network round trip and one WAL flush instead of two each. If any
-    fails, none is applied and the error is raised. CLAIM runs between
-    IN_CLAIM_ORDER and AFTER_CLAIM.
+    fails, none is applied and the error is raised.
 
-    All four are prepared: parsing and planning CLAIM and FINISH on every turn was
-    about two thirds of PostgreSQL's CPU per job (bench/worker.py). After five runs
-    PostgreSQL plans them generically; CLAIM's generic plan is made under
-    IN_CLAIM_ORDER, so it reads the claim index in order too (see also
-    prepared_again()).
+    Both are prepared where the connection allows it (see prepare_when_asked() and
+    prepared_again()), and the functions they call keep their own plans in the server
+    session: parsing and planning CLAIM and FINISH on every turn was about two thirds of
+    PostgreSQL's CPU per job (bench/worker.py), and a quarter of the drain behind a
+    transaction pooler, which prepares nothing.
     """
     raw = prepare_when_asked()
     finish = _finish_params(rows, worker) if rows else None
@@ -258,14 +196,11 @@ def _finish_and_claim(
 ) -> tuple[set[tuple[int, int]], list[tuple]]:
     finishing = reused_cursor("finish")
     claiming = reused_cursor("claim", set_up=native_timestamps)
-    setting = reused_cursor("claim settings")
     with connection.wrap_database_errors:
         with raw.pipeline():
             if finish is not None:
                 finishing.execute(FINISH, finish, prepare=True)
-            setting.execute(IN_CLAIM_ORDER, prepare=True)
             claiming.execute(CLAIM, claim, prepare=True)
-            setting.execute(AFTER_CLAIM, prepare=True)
         # Read once the pipeline has ended: a fetch inside it sends a sync of its own, and
         # the end of the block another, which cost a second round trip on every turn.
         accepted = set(finishing.fetchall()) if finish is not None else set()
