@@ -7,6 +7,9 @@ from scheduler_app.db.functions import RunSQLOnPostgreSQL
 # The SQL is this migration's own: a later change to either function is a new migration
 # (CREATE OR REPLACE with the same arguments and columns, or a function of a new name, so
 # that workers of the release before keep calling the one they know during a deploy).
+# So is a migration that changes the type of a column the claim returns beyond its length
+# (varchar columns are returned as text): PL/pgSQL refuses rows of another type than the
+# function declares.
 
 CLAIM_JOBS = """
 CREATE OR REPLACE FUNCTION scheduler_app_claim_jobs(
