@@ -79,21 +79,31 @@ def test_the_claim_loops_statements_are_planned_once_per_connection():
     assert [s for s in prepared if "scheduler_app_finish_jobs(" in s], prepared  # FINISH
 
 
-def test_a_migration_that_changes_a_returned_columns_type_does_not_stop_the_claim(
+def claim_and_start_one() -> int:
+    """Claim one job unstarted, as the Celery relay does, and start it, as a Celery worker
+    does (START, a prepared statement); return how many started."""
+    arguments = claim_arguments()
+    (row,) = pg.claim_jobs(**arguments, started=False)
+    job = ClaimedJob.from_row(row)
+    return len(pg.start_jobs([job.fence], worker="celery", lease=arguments["lease"]))
+
+
+def test_a_migration_that_changes_a_returned_columns_type_does_not_stop_the_claim_loop(
     widen_column,
 ):
-    """After a deploy's migration lengthens a varchar that CLAIM returns, PostgreSQL
-    refuses the statement prepared before it ("cached plan must not change result
-    type"); the claim prepares it again instead of failing every turn."""
+    """After a deploy's migration lengthens a varchar column, PostgreSQL refuses a statement
+    prepared before it that returns the column ("cached plan must not change result
+    type"): START returns unique_key as it is, and is prepared again instead of failing
+    every turn. The claim's function returns it as text, and PostgreSQL plans the
+    function's statement again itself."""
     for _ in range(3):
         schedule("tests.noop")
-    arguments = claim_arguments()
-    assert len(pg.claim_jobs(**arguments)) == 1  # CLAIM prepared on this connection
+    assert claim_and_start_one() == 1  # CLAIM and START prepared on this connection
 
     widen_column("scheduler_app_job", "unique_key")
 
     for _ in range(2):
-        assert len(pg.claim_jobs(**arguments)) == 1
+        assert claim_and_start_one() == 1
 
 
 def test_behind_a_transaction_pooler_the_claim_loop_prepares_nothing(monkeypatch):
