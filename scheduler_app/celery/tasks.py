@@ -1,5 +1,6 @@
-"""The one Celery task: run a published job through runworker's execution path; and the
-warning a Celery worker logs at start when its settings would make every task reconnect."""
+"""The Celery tasks: run published jobs through runworker's execution path; and what a
+Celery worker logs as it starts: settings that would make every task reconnect, and a
+database that lacks one of scheduler_app's migrations."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import os
 
 from celery import Celery, shared_task
 from celery.signals import worker_init
+from django.core.management.base import CommandError
+from django.db import DatabaseError
 
 from scheduler_app.celery.execution import run_deliveries
 from scheduler_app.conf import app_settings
+from scheduler_app.management.database import check_migrated, one_line
 
 logger = logging.getLogger("scheduler_app.celery")
 
@@ -72,3 +76,20 @@ def warn_about_connection_reuse(sender, **kwargs) -> None:
     problem = connection_reuse_problem(sender.app)
     if problem:
         logger.warning(problem)
+
+
+@worker_init.connect
+def warn_about_missing_migrations(sender, **kwargs) -> None:
+    """Log an error as the Celery worker starts if the scheduler's database lacks one of
+    scheduler_app's migrations (``runworker`` refuses to start then).
+
+    The jobs a Celery worker runs record their outcomes through functions the migrations
+    make, so until ``migrate`` runs those outcomes fail, and the jobs run again after
+    their lease. The worker still starts: it may serve other tasks of the project.
+    """
+    try:
+        check_migrated()
+    except CommandError as exc:
+        logger.error("%s Until then scheduler_app's jobs cannot record their outcomes.", exc)
+    except DatabaseError as exc:
+        logger.warning("Could not check scheduler_app's migrations: %s", one_line(exc))

@@ -66,7 +66,10 @@ def broker(request) -> Iterator[Broker]:
 class CeleryWorker(WorkerProcess):
     """A ``celery worker`` subprocess (threads pool) in its own process group."""
 
-    def __init__(self, broker: Broker, *, concurrency: int = 8) -> None:
+    def __init__(
+        self, broker: Broker, *, concurrency: int = 8, database: str | None = None
+    ) -> None:
+        """``database``: the URL of the database it uses (default: the test database)."""
         self.args = ()
         self.proc = subprocess.Popen(
             [
@@ -87,7 +90,11 @@ class CeleryWorker(WorkerProcess):
             ],
             cwd=REPO,
             # Persistent connections, as docs/celery.md recommends for Celery workers.
-            env={**os.environ, **broker.env(), "DATABASE_URL": database_url() + "?conn_max_age=60"},
+            env={
+                **os.environ,
+                **broker.env(),
+                "DATABASE_URL": (database or database_url()) + "?conn_max_age=60",
+            },
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
