@@ -188,23 +188,26 @@ def finish_and_claim(
     raw = prepare_when_asked()
     finish = _finish_params(rows, worker) if rows else None
     claim = _claim_params(worker, queues, limit, lease, paused_tasks, started)
-    return prepared_again(lambda: _finish_and_claim(raw, finish, claim))
+    return prepared_again(lambda: _finish_and(raw, finish, "claim", CLAIM, claim))
 
 
-def _finish_and_claim(
-    raw: psycopg.Connection, finish: list | None, claim: dict
+def _finish_and(
+    raw: psycopg.Connection, finish: list | None, role: str, statement: str, params: dict | None
 ) -> tuple[set[tuple[int, int]], list[tuple]]:
+    """Send FINISH (unless ``finish`` is None) and ``statement`` (unless ``params`` is None,
+    on this thread's cursor for ``role``) in one pipeline; return (accepted, its rows)."""
     finishing = reused_cursor("finish")
-    claiming = reused_cursor("claim", set_up=native_timestamps)
+    other = reused_cursor(role, set_up=native_timestamps)
     with connection.wrap_database_errors:
         with raw.pipeline():
             if finish is not None:
                 finishing.execute(FINISH, finish, prepare=True)
-            claiming.execute(CLAIM, claim, prepare=True)
+            if params is not None:
+                other.execute(statement, params, prepare=True)
         # Read once the pipeline has ended: a fetch inside it sends a sync of its own, and
         # the end of the block another, which cost a second round trip on every turn.
         accepted = set(finishing.fetchall()) if finish is not None else set()
-        return accepted, claiming.fetchall()
+        return accepted, other.fetchall() if params is not None else []
 
 
 def notify(earliest_by_queue: dict[str, dt.datetime]) -> None:
@@ -271,23 +274,7 @@ def finish_and_start(
         if deliveries
         else None
     )
-    return prepared_again(lambda: _finish_and_start(raw, finish, start))
-
-
-def _finish_and_start(
-    raw: psycopg.Connection, finish: list | None, start: dict | None
-) -> tuple[set[tuple[int, int]], list[tuple]]:
-    finishing = reused_cursor("finish")
-    starting = reused_cursor("start", set_up=native_timestamps)
-    with connection.wrap_database_errors:
-        with raw.pipeline():
-            if finish is not None:
-                finishing.execute(FINISH, finish, prepare=True)
-            if start is not None:
-                starting.execute(START, start, prepare=True)
-        # Read once the pipeline has ended (see _finish_and_claim).
-        accepted = set(finishing.fetchall()) if finish is not None else set()
-        return accepted, starting.fetchall() if start is not None else []
+    return prepared_again(lambda: _finish_and(raw, finish, "start", START, start))
 
 
 STILL_PUBLISHED = f"""
