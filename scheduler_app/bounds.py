@@ -177,6 +177,8 @@ SETTING_BOUNDS: dict[str, Bound] = {
         most=LARGEST_BIGINT,
         why="Larger numbers do not fit the prune log's bigint column.",
     ),
+    "HISTORY_PARTITION_MINUTES": INTEGER,
+    "HISTORY_PARTITIONS_AHEAD": INTEGER,
 }
 
 

@@ -125,6 +125,10 @@ DEFAULTS: dict[str, Any] = {
     "PRUNE_BATCH_SIZE": 1000,
     "PRUNE_MAX_ROWS": 1_000_000,
     "PRUNE_SCHEDULE": "30 3 * * *",  # cron, UTC; None switches the built-in schedule off
+    # Partitioned job history on PostgreSQL (scheduler_partition, scheduler_app.partitions):
+    # the finish times one partition holds, and how many partitions are made ahead.
+    "HISTORY_PARTITION_MINUTES": 1440,
+    "HISTORY_PARTITIONS_AHEAD": 7,
     # The database of scheduler_app's tables (an alias of DATABASES; see
     # docs/separate-database.md), and the business database whose commits schedule() waits
     # for when they are not the same one (the outbox mode); None: schedule() writes at once.
@@ -440,6 +444,18 @@ DESCRIPTIONS: dict[str, str] = {
     "PRUNE_SCHEDULE": (
         "Cron expression (UTC) of the built-in daily prune schedule `scheduler-prune`; "
         "`None` switches it off."
+    ),
+    "HISTORY_PARTITION_MINUTES": (
+        "With partitioned job history (PostgreSQL, after `scheduler_partition`): the "
+        "minutes of finish times one history partition holds, aligned to UTC (1440: a "
+        "day). Retention drops a partition once all of it is past the cutoff, so finished "
+        "jobs are kept up to this much longer than `RETENTION_JOBS_DAYS`."
+    ),
+    "HISTORY_PARTITIONS_AHEAD": (
+        "With partitioned job history: how many partitions after the current one "
+        "`scheduler_partition` and each prune make ahead. Jobs that finish in an interval "
+        "without its partition go to the overflow partition, whose rows retention deletes "
+        "one by one."
     ),
     "DATABASE": (
         "The alias in `DATABASES` of the database that holds scheduler_app's tables. Another "

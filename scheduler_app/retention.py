@@ -16,6 +16,12 @@ locks only the rows it deletes (SKIP LOCKED), so workers keep claiming. If
 more than PRUNE_MAX_ROWS rows qualify, the run deletes nothing, records a
 refusal and opens a ``prune_refused`` alert. Every run leaves a PruneRun row
 and a log line.
+
+With partitioned job history (PostgreSQL, scheduler_app.partitions), finished jobs
+go with the history partitions all of whose finish times are before the cutoff,
+each dropped whole (counted as ``jobs_in_partitions``, outside the breaker, which
+counts rows deleted one by one); what is left in the hot and overflow partitions is
+deleted row by row as above. Each real run first makes the partitions ahead.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 from django.core.files.storage import default_storage
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from scheduler_app import clock, database
+from scheduler_app import clock, database, partitions
 from scheduler_app.alerts.links import admin_link
 from scheduler_app.alerts.memory import remember_pruned
 from scheduler_app.alerts.store import open_alert
@@ -75,6 +81,8 @@ class Kind:
     #: (cutoff, limit) -> rows removed: one statement per batch on PostgreSQL, instead of
     #: selecting the keys and letting the ORM cascade (several times slower per row).
     on_postgresql: Callable[[dt.datetime, int], int] | None = None
+    #: (cutoff, limit) -> rows that qualify on PostgreSQL, when they are not candidates'.
+    count_on_postgresql: Callable[[dt.datetime, int], int] | None = None
     #: cutoff -> None, once the run has removed what it could: record what is done.
     afterwards: Callable[[dt.datetime], None] | None = None
 
@@ -145,7 +153,28 @@ def _delete(model: Any) -> Callable[[list[Any]], int]:
 def _prune_jobs_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
     from scheduler_app.db.postgresql import prune_finished_jobs
 
-    return prune_finished_jobs(cutoff=cutoff, limit=limit)
+    removed = 0
+    for table in _job_tables():
+        removed += prune_finished_jobs(cutoff=cutoff, limit=limit - removed, table=table)
+        if removed == limit:
+            break
+    return removed
+
+
+def _count_jobs_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
+    from scheduler_app.db.postgresql import count_finished_jobs
+
+    return sum(
+        count_finished_jobs(cutoff=cutoff, limit=limit, table=table) for table in _job_tables()
+    )
+
+
+def _job_tables() -> tuple[str, ...]:
+    """Return the tables whose finished jobs are deleted row by row: the job table, or,
+    with partitioned history, its hot and overflow partitions."""
+    if partitions.is_partitioned():
+        return (partitions.HOT, partitions.OVERFLOW)
+    return (Job._meta.db_table,)
 
 
 def _blank_contexts(pks: list[Any]) -> int:
@@ -159,6 +188,7 @@ KINDS = (
         candidates=finished_jobs,
         apply=_delete(Job),  # their attempts go with them (ON DELETE CASCADE)
         on_postgresql=_prune_jobs_on_postgresql,
+        count_on_postgresql=_count_jobs_on_postgresql,
     ),
     Kind(
         name="occurrences",
@@ -196,6 +226,8 @@ KINDS = (
 )
 REPORTS = "dry_run_reports"
 SETTINGS = {kind.name: kind.setting for kind in KINDS} | {REPORTS: "RETENTION_DRY_RUN_REPORTS_DAYS"}
+#: The count of the finished jobs that went with whole history partitions.
+PARTITIONED_JOBS = "jobs_in_partitions"
 
 
 def prune(
@@ -221,11 +253,13 @@ def prune(
     )
     cutoffs = cutoffs_for(reference_time)
     try:
+        if not dry_run and partitions.is_partitioned():
+            partitions.ensure_partitions()
         # Counted up to one past the breaker: the count costs at most max_rows index entries.
         counts = qualifying(cutoffs, limit=max_rows + 1)
         if dry_run:
             _finish(run, PruneRun.Outcome.DRY_RUN, counts, "")
-        elif sum(counts.values()) > max_rows:
+        elif sum(counts.values()) - counts.get(PARTITIONED_JOBS, 0) > max_rows:
             _refuse(run, counts)
         else:
             _finish(run, PruneRun.Outcome.PRUNED, _remove(cutoffs, counts, max_rows), "")
@@ -249,8 +283,16 @@ def qualifying(cutoffs: dict[str, dt.datetime], *, limit: int) -> dict[str, int]
     """Return kind -> rows (or files) that qualify, each counted up to ``limit``."""
     counts = {}
     for kind in KINDS:
-        if kind.name in cutoffs:
+        if kind.name not in cutoffs:
+            continue
+        if kind.count_on_postgresql is not None and connection.vendor == "postgresql":
+            counts[kind.name] = kind.count_on_postgresql(cutoffs[kind.name], limit)
+        else:
             counts[kind.name] = kind.candidates(cutoffs[kind.name]).order_by()[:limit].count()
+    if "jobs" in cutoffs and partitions.is_partitioned():
+        counts[PARTITIONED_JOBS] = sum(
+            partition.rows() for partition in partitions.expired(cutoffs["jobs"])
+        )
     if REPORTS in cutoffs:
         counts[REPORTS] = len(_old_reports(cutoffs[REPORTS])[:limit])
     return counts
@@ -260,11 +302,17 @@ def _remove(cutoffs: dict[str, dt.datetime], counts: dict[str, int], budget: int
     # Before anything goes: the absent and suspicious-success rules still need it.
     remember_pruned(cutoffs.get("jobs"), cutoffs.get("occurrences"))
     done: dict[str, int] = {}
+    if "jobs" in cutoffs and partitions.is_partitioned():
+        done[PARTITIONED_JOBS] = sum(
+            partitions.drop(partition) for partition in partitions.expired(cutoffs["jobs"])
+        )
     for kind in KINDS:
         if kind.name in cutoffs:
-            done[kind.name] = _remove_rows(kind, cutoffs[kind.name], budget - sum(done.values()))
+            left = budget - sum(done.values()) + done.get(PARTITIONED_JOBS, 0)
+            done[kind.name] = _remove_rows(kind, cutoffs[kind.name], left)
     if REPORTS in cutoffs:
-        done[REPORTS] = _remove_reports(cutoffs[REPORTS], budget - sum(done.values()))
+        left = budget - sum(done.values()) + done.get(PARTITIONED_JOBS, 0)
+        done[REPORTS] = _remove_reports(cutoffs[REPORTS], left)
     return done
 
 

@@ -18,6 +18,10 @@ VENDOR_FREE = ("browser",)
 #: SCHEDULER_TEST_SEPARATE_DATABASE=1 sets up (tests/settings.py; .ci/run's own step).
 SEPARATE_DATABASE = ("separate_database",)
 
+#: SCHEDULER_TEST_PARTITIONED=1 runs the tests on a partitioned job table (.ci/run's own
+#: step over the folders whose tests reach the job table through workers and the ORM).
+PARTITIONED = os.environ.get("SCHEDULER_TEST_PARTITIONED") == "1"
+
 #: SCHEDULER_TESTS_REPEAT names what a repeat run of the suite is for: "vendor" (CI's
 #: SQLite run) skips what cannot depend on the database vendor, "version" (CI's Django 6
 #: run) what cannot depend on Django's version. Unset: every test runs.
@@ -60,6 +64,16 @@ def pytest_collection_modifyitems(config, items):
                     "(SCHEDULER_TESTS_REPEAT=%s)" % (REPEAT, REPEAT)
                 )
             )
+
+
+if PARTITIONED:
+
+    @pytest.fixture(scope="session")
+    def django_db_setup(django_db_setup, django_db_blocker):
+        from scheduler_app import partitions
+
+        with django_db_blocker.unblock():
+            partitions.convert()
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ RETENTION_DAYS = (
 
 @register(Tags.compatibility)
 def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Check the RETENTION_* and PRUNE_* settings (E054-E056)."""
+    """Check the RETENTION_*, PRUNE_* and HISTORY_PARTITION* settings (E054-E056)."""
     problems: list[CheckMessage] = [
         Error(
             "SCHEDULER_APP[%r] must be a number of days > 0, or None to keep forever." % name,
@@ -37,7 +37,12 @@ def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Che
         if getattr(app_settings, name) is not None
         and (not is_number(getattr(app_settings, name)) or getattr(app_settings, name) <= 0)
     ]
-    for name in ("PRUNE_BATCH_SIZE", "PRUNE_MAX_ROWS"):
+    for name in (
+        "PRUNE_BATCH_SIZE",
+        "PRUNE_MAX_ROWS",
+        "HISTORY_PARTITION_MINUTES",
+        "HISTORY_PARTITIONS_AHEAD",
+    ):
         value = getattr(app_settings, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             problems.append(

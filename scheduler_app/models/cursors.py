@@ -39,8 +39,14 @@ class SyncCursor(models.Model):
     value = models.JSONField(null=True, blank=True)
     #: Items the run that last advanced it processed.
     processed = models.PositiveIntegerField(null=True, blank=True)
+    # No database constraint, as JobAttempt.job.
     job = models.ForeignKey(
-        "scheduler_app.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "scheduler_app.Job",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_constraint=False,
     )
     updated_at = models.DateTimeField(default=clock.now)
 

@@ -147,6 +147,10 @@ class Job(models.Model):
         db_index=False,
     )
     created_at = models.DateTimeField(default=clock.now)
+    #: Set by the worker's finish when the job ends; with partitioned history on
+    #: PostgreSQL the row then lives in the partition of its finish day
+    #: (scheduler_app.partitions), which retention drops whole.
+    in_history = models.BooleanField(default=False, db_default=False, editable=False)
 
     objects = JobQuerySet.as_manager()
 
@@ -272,7 +276,11 @@ class JobAttempt(models.Model):
         LEASE_EXPIRED = "lease_expired", _("lease expired")
         INTERRUPTED = "interrupted", _("handed back at shutdown")
 
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="recorded_attempts")
+    # No database constraint: a partitioned job table has no unique constraint on id
+    # alone (scheduler_app.partitions). Retention deletes a job's attempts with it.
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="recorded_attempts", db_constraint=False
+    )
     attempt = models.PositiveIntegerField()
     task_name = models.CharField(max_length=200)
     worker_id = models.CharField(max_length=200, blank=True, default="")

@@ -233,8 +233,14 @@ class ScheduleOccurrence(models.Model):
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences")
     occurrence_at = models.DateTimeField()
     outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    # No database constraint, as JobAttempt.job.
     job = models.ForeignKey(
-        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="schedule_occurrences"
+        Job,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="schedule_occurrences",
+        db_constraint=False,
     )
     detail = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=clock.now)

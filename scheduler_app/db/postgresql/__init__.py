@@ -36,7 +36,7 @@ from scheduler_app.db.postgresql.locks import (
     try_alert_lock,
     try_scheduler_lock,
 )
-from scheduler_app.db.postgresql.prune import prune_finished_jobs
+from scheduler_app.db.postgresql.prune import count_finished_jobs, prune_finished_jobs
 from scheduler_app.db.postgresql.recipients import (
     begin_recipients,
     claim_recipients,
@@ -53,6 +53,7 @@ __all__ = [
     "begin_recipients",
     "claim_jobs",
     "claim_recipients",
+    "count_finished_jobs",
     "extend_claims",
     "finish_and_claim",
     "finish_and_start",

@@ -1,0 +1,267 @@
+"""Partitioned job history on PostgreSQL: finished jobs in time partitions, dropped whole.
+
+After ``convert()`` (``manage.py scheduler_partition``) the job table is partitioned by
+range over HISTORY_KEY: 'infinity' for every job that has not ended through the worker,
+its finish time for one that has (the worker's finish sets ``Job.in_history``):
+
+- ``scheduler_app_job_hot`` holds the keys from 'infinity' up: every pending and running
+  job, so every row the claim loop reads. It is the table as it was, renamed, with its
+  indexes and constraints; the unique key's (partial on unfinished jobs) holds there for
+  every unfinished job. The claim and the batched finish name HISTORY_KEY = 'infinity',
+  so the planner reads no other partition.
+- ``scheduler_app_job_pYYYYMMDDtHHMM``: the jobs that finished in one interval of
+  HISTORY_PARTITION_MINUTES. Retention drops such a partition whole once all of it is
+  past the cutoff (with its jobs' attempts; occurrences and sync cursors are unlinked).
+- ``scheduler_app_job_overflow``, the DEFAULT partition: finished jobs of an interval
+  that had no partition yet (maintenance fell behind). Normally empty.
+
+The ORM sees one table: every query of the admin, the API, the alerts and lateness, and
+Job.attempt_history(), reads all partitions. Jobs that end outside the worker's finish
+(cancelled before they ran, failed by the lease rescue) and every job finished before
+the conversion stay in the hot partition, and retention deletes them row by row, as on
+a table that is not partitioned. SQLite, and PostgreSQL until converted, keep one table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import time
+
+from django.db import OperationalError
+
+from scheduler_app import clock, database
+from scheduler_app.conf import app_settings
+from scheduler_app.database import connection
+from scheduler_app.models import Job, JobAttempt, ScheduleOccurrence, SyncCursor
+
+logger = logging.getLogger("scheduler_app.partitions")
+
+JOB = Job._meta.db_table
+HOT = JOB + "_hot"
+OVERFLOW = JOB + "_overflow"
+PARTITION_PREFIX = JOB + "_p"
+#: The partition key. The claim and the batched finish (migration 0032) repeat it.
+HISTORY_KEY = (
+    "(CASE WHEN in_history AND status IN ('succeeded', 'failed', 'cancelled')"
+    " THEN COALESCE(finished_at, created_at) ELSE 'infinity'::timestamptz END)"
+)
+#: The hot partition's constraint as a CHECK, validated before the conversion attaches the
+#: table, so that attaching it reads no row (PostgreSQL proves it from the CHECK).
+HOT_CHECK = "scheduler_job_hot"
+#: The indexes of a history partition: what reads finished jobs (the admin's and the
+#: API's lists and look-ups, the alert rules, lateness, retention's leftovers).
+HISTORY_INDEXES = (
+    "(id)",
+    "(task_name, status, finished_at)",
+    "(finished_at)",
+    "(started_at)",
+    "(owner_id, id DESC) WHERE owner_id IS NOT NULL",
+    "(cancelled_by_id) WHERE cancelled_by_id IS NOT NULL",
+)
+#: How long a DDL statement on the job table may wait for its lock: the claim loop's
+#: statements queue behind a waiting one. A maintenance step that times out is retried.
+LOCK_TIMEOUT = "500ms"
+LOCK_TRIES = 20
+
+
+class NotSupported(Exception):
+    """Partitioned history needs PostgreSQL."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """One history partition: its table and the finish times it holds, [start, end)."""
+
+    name: str
+    start: dt.datetime
+    end: dt.datetime
+
+    def rows(self) -> int:
+        """Return how many jobs the partition holds (read from its id index)."""
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM %s" % self.name)
+            return cursor.fetchone()[0]
+
+
+def is_partitioned() -> bool:
+    """Return whether the job table is partitioned (always False on SQLite)."""
+    if connection.vendor != "postgresql":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = %s::regclass)",
+            [JOB],
+        )
+        return cursor.fetchone()[0]
+
+
+def interval() -> dt.timedelta:
+    """Return the time one history partition covers (HISTORY_PARTITION_MINUTES)."""
+    return dt.timedelta(minutes=app_settings.HISTORY_PARTITION_MINUTES)
+
+
+def _start_of(moment: dt.datetime) -> dt.datetime:
+    """Return the start of the partition interval ``moment`` falls in (UTC-aligned)."""
+    epoch = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+    return epoch + ((moment - epoch) // interval()) * interval()
+
+
+def convert() -> list[Partition]:
+    """Partition the job table, on PostgreSQL, while workers run; return the partitions made.
+
+    Validates the hot partition's CHECK on the table as it is (it reads the table, without
+    blocking writes), then, in one short transaction that waits at most LOCK_TIMEOUT for
+    its lock (retried): renames the table to the hot partition, makes the partitioned
+    table in its place, attaches it (no row read), adds the overflow partition. Then makes
+    the partitions of the next HISTORY_PARTITIONS_AHEAD intervals. Does nothing but the
+    last step if the table is partitioned already.
+    """
+    if connection.vendor != "postgresql":
+        raise NotSupported("Partitioned history needs PostgreSQL; SQLite keeps one table.")
+    if not is_partitioned():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT 1 FROM pg_constraint WHERE conrelid = %s::regclass AND conname = %s",
+                [JOB, HOT_CHECK],
+            )
+            if cursor.fetchone() is None:
+                _locked(
+                    "ALTER TABLE %s ADD CONSTRAINT %s CHECK (%s IS NOT NULL AND %s >= "
+                    "'infinity'::timestamptz) NOT VALID"
+                    % (JOB, HOT_CHECK, HISTORY_KEY, HISTORY_KEY)
+                )
+            cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (JOB, HOT_CHECK))
+            cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [JOB])
+            sequence = cursor.fetchone()[0]
+        _locked(
+            "ALTER TABLE {job} RENAME TO {hot}",
+            "CREATE TABLE {job} (LIKE {hot} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+            " PARTITION BY RANGE ({key})",
+            "ALTER TABLE {job} DROP CONSTRAINT {check}",
+            "ALTER TABLE {job} ALTER COLUMN id SET DEFAULT nextval('{sequence}'::regclass)",
+            "ALTER TABLE {job} ATTACH PARTITION {hot} FOR VALUES FROM ('infinity') TO (MAXVALUE)",
+            "CREATE TABLE {overflow} PARTITION OF {job} DEFAULT",
+            *_index_statements(OVERFLOW),
+            job=JOB,
+            hot=HOT,
+            overflow=OVERFLOW,
+            key=HISTORY_KEY,
+            check=HOT_CHECK,
+            sequence=sequence,
+        )
+        logger.info("partitioned table=%s hot=%s", JOB, HOT)
+    return ensure_partitions()
+
+
+def _index_statements(table: str) -> list[str]:
+    return [
+        "CREATE INDEX %s_%s ON %s %s" % (table, number, table, columns)
+        for number, columns in enumerate(HISTORY_INDEXES)
+    ]
+
+
+def history_partitions() -> list[Partition]:
+    """Return the history partitions, oldest first (not the hot nor the overflow one)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = %s::regclass AND c.relname LIKE %s",
+            [JOB, PARTITION_PREFIX.replace("_", r"\_") + "%"],
+        )
+        rows = cursor.fetchall()
+    partitions = []
+    for name, bound in rows:
+        # FOR VALUES FROM ('2026-12-05 00:00:00+00') TO ('2026-12-06 00:00:00+00')
+        start, end = bound.split("'")[1], bound.split("'")[3]
+        partitions.append(Partition(name, _timestamp(start), _timestamp(end)))
+    return sorted(partitions, key=lambda partition: partition.start)
+
+
+def _timestamp(text: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(text).astimezone(dt.UTC)
+
+
+def ensure_partitions(now: dt.datetime | None = None) -> list[Partition]:
+    """Make the partitions of the current interval and the next HISTORY_PARTITIONS_AHEAD
+    ones that are missing; return those made.
+
+    Each is made as a table of its own, indexed while empty, then attached: attaching
+    takes a lock that lets the claim loop go on (SHARE UPDATE EXCLUSIVE on the job
+    table) and reads only the overflow partition.
+    """
+    existing = {partition.start for partition in history_partitions()}
+    start = _start_of(now or clock.now())
+    made = []
+    for step in range(app_settings.HISTORY_PARTITIONS_AHEAD + 1):
+        begin = start + step * interval()
+        if begin in existing:
+            continue
+        partition = Partition(
+            PARTITION_PREFIX + begin.strftime("%Y%m%dt%H%M"), begin, begin + interval()
+        )
+        bounds = "FROM ('%s') TO ('%s')" % (partition.start.isoformat(), partition.end.isoformat())
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE IF EXISTS %s" % partition.name)  # a try cut short
+            cursor.execute(
+                "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+                % (partition.name, JOB)
+            )
+            for statement in _index_statements(partition.name):
+                cursor.execute(statement)
+        _locked("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES %s" % (JOB, partition.name, bounds))
+        logger.info("history partition made name=%s", partition.name)
+        made.append(partition)
+    return made
+
+
+def expired(cutoff: dt.datetime) -> list[Partition]:
+    """Return the history partitions all of whose jobs finished before ``cutoff``."""
+    return [partition for partition in history_partitions() if partition.end <= cutoff]
+
+
+def drop(partition: Partition) -> int:
+    """Drop a history partition with its jobs' attempts, unlinking the occurrences and sync
+    cursors that name its jobs (what the ORM's on_delete would do); return its rows.
+
+    One transaction deletes the attempts, cuts the links (looking up only rows whose job
+    id is in the partition's range) and drops the table, waiting at most LOCK_TIMEOUT
+    for the drop's lock (tried again from the start).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*), min(id), max(id) FROM %s" % partition.name)
+        rows, lowest, highest = cursor.fetchone()
+    statements = []
+    if rows:
+        within = "job_id BETWEEN %d AND %d AND job_id IN (SELECT id FROM %s)" % (
+            lowest,
+            highest,
+            partition.name,
+        )
+        statements.append("DELETE FROM %s WHERE %s" % (JobAttempt._meta.db_table, within))
+        statements.extend(
+            "UPDATE %s SET job_id = NULL WHERE %s" % (model._meta.db_table, within)
+            for model in (ScheduleOccurrence, SyncCursor)
+        )
+    _locked(*statements, "DROP TABLE %s" % partition.name)
+    logger.info("history partition dropped name=%s rows=%s", partition.name, rows)
+    return rows
+
+
+def _locked(*statements: str, **names: str) -> None:
+    """Run ``statements`` in one transaction that waits at most LOCK_TIMEOUT for a lock;
+    try again (LOCK_TRIES in all) while a lock is what it waited for."""
+    for attempt in range(1, LOCK_TRIES + 1):
+        try:
+            with database.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '%s'" % LOCK_TIMEOUT)
+                for statement in statements:
+                    cursor.execute(statement.format(**names))
+            return
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != "55P03" or attempt == LOCK_TRIES:
+                raise
+            logger.warning("partition maintenance waited for a lock, trying again: %s", exc)
+            time.sleep(0.1 * attempt)

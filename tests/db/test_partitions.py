@@ -1,0 +1,206 @@
+"""Partitioned job history (scheduler_app.partitions): the job table converted while it
+holds rows, finished jobs moved by the worker's finish into the partition of their
+interval, read by the ORM like any job, and dropped whole by retention."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test import override_settings
+
+from scheduler_app import partitions, schedule
+from scheduler_app.models import Job, JobAttempt, PruneRun, Schedule, ScheduleOccurrence
+from scheduler_app.retention import PARTITIONED_JOBS, prune
+from tests.helpers import running_worker, wait_for_status
+
+Status = Job.Status
+NOW = dt.datetime.now(dt.UTC)
+DAY = dt.timedelta(days=1)
+
+
+def revert() -> None:
+    """Put the test database's job table back as one table (its history rows are lost)."""
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE scheduler_app_job DETACH PARTITION scheduler_app_job_hot")
+        cursor.execute("DROP TABLE scheduler_app_job")
+        cursor.execute("ALTER TABLE scheduler_app_job_hot RENAME TO scheduler_app_job")
+        cursor.execute("ALTER TABLE scheduler_app_job DROP CONSTRAINT scheduler_job_hot")
+
+
+@pytest.fixture
+def partitioned(transactional_db):
+    if partitions.is_partitioned():  # SCHEDULER_TEST_PARTITIONED=1 (tests/conftest.py)
+        yield
+        return
+    partitions.convert()
+    try:
+        yield
+    finally:
+        revert()
+
+
+def where(job_id: int) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tableoid::regclass::text FROM scheduler_app_job WHERE id = %s", [job_id]
+        )
+        return cursor.fetchone()[0]
+
+
+def finished(finished_at: dt.datetime, *, in_history: bool = True, **fields) -> Job:
+    return Job.objects.create(
+        task_name="tests.noop",
+        status=Status.SUCCEEDED,
+        scheduled_for=finished_at,
+        run_at=finished_at,
+        started_at=finished_at,
+        finished_at=finished_at,
+        attempts=1,
+        in_history=in_history,
+        **fields,
+    )
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_converting_keeps_every_job_where_it_was_and_ids_go_on():
+    if partitions.is_partitioned():
+        pytest.skip("the test database is partitioned already (SCHEDULER_TEST_PARTITIONED=1)")
+    pending = schedule("tests.noop", unique_key="k")
+    done = finished(NOW - DAY, in_history=False)
+    try:
+        made = partitions.convert()
+
+        assert partitions.is_partitioned()
+        assert len(made) == partitions.app_settings.HISTORY_PARTITIONS_AHEAD + 1
+        assert {where(pending.pk), where(done.pk)} == {partitions.HOT}
+        assert Job.objects.get(pk=done.pk).status == Status.SUCCEEDED
+        later = schedule("tests.noop")
+        assert later.pk > done.pk
+        # The unique key of unfinished jobs holds in the hot partition.
+        assert schedule("tests.noop", unique_key="k").pk == pending.pk
+        assert partitions.convert() == []  # again: nothing to do
+    finally:
+        revert()
+
+
+@pytest.mark.postgres_only
+def test_a_job_the_worker_finishes_moves_into_its_intervals_partition(partitioned):
+    retried_key = "again"
+    with running_worker():
+        job = schedule("tests.noop", unique_key=retried_key)
+        stored = wait_for_status(job, Status.SUCCEEDED)
+
+    assert stored.in_history
+    start = partitions.history_partitions()[0]
+    assert start.start <= stored.finished_at < start.end
+    assert where(job.pk) == start.name.lower()
+    # Read like any job: by id, in the history the admin and the API show.
+    assert [attempt.outcome for attempt in stored.attempt_history()] == ["succeeded"]
+    assert Job.objects.finished().filter(pk=job.pk).exists()
+    # Its unique key is free again: a finished job does not hold it.
+    assert schedule("tests.noop", unique_key=retried_key).pk != job.pk
+
+
+@pytest.mark.postgres_only
+def test_retention_drops_a_partition_past_the_cutoff_whole(partitioned):
+    past = partitions.ensure_partitions(now=NOW - 40 * DAY)[0]
+    old = [finished(past.start + dt.timedelta(hours=hour)) for hour in (1, 2)]
+    JobAttempt.objects.create(
+        job=old[0],
+        attempt=1,
+        task_name="tests.noop",
+        due_at=past.start,
+        started_at=past.start,
+        finished_at=past.start,
+        outcome=JobAttempt.Outcome.RETRIED,
+    )
+    occurrence = ScheduleOccurrence.objects.create(
+        schedule=Schedule.objects.create(name="s", task_name="tests.noop", cron="0 3 * * *"),
+        occurrence_at=past.start,
+        outcome="enqueued",
+        job=old[1],
+    )
+    cancelled_long_ago = finished(NOW - 40 * DAY, in_history=False)  # in the hot partition
+    recent = finished(NOW)
+    assert {where(job.pk) for job in old} == {past.name.lower()}
+
+    with override_settings(SCHEDULER_APP={"PRUNE_MAX_ROWS": 1}):
+        run = prune(NOW)
+
+    assert run.outcome == PruneRun.Outcome.PRUNED  # the breaker counts rows deleted one by one
+    assert run.counts[PARTITIONED_JOBS] == 2
+    assert run.counts["jobs"] == 1
+    assert past.name not in {partition.name for partition in partitions.history_partitions()}
+    assert list(Job.objects.values_list("pk", flat=True)) == [recent.pk]
+    assert not JobAttempt.objects.exists()
+    occurrence.refresh_from_db()
+    assert occurrence.job_id is None
+    assert cancelled_long_ago.pk not in set(Job.objects.values_list("pk", flat=True))
+
+
+@pytest.mark.postgres_only
+def test_a_dry_run_counts_the_partitions_rows_and_drops_nothing(partitioned):
+    past = partitions.ensure_partitions(now=NOW - 40 * DAY)[0]
+    finished(past.start)
+
+    run = prune(NOW, dry_run=True)
+
+    assert run.counts[PARTITIONED_JOBS] == 1
+    assert past.name in {partition.name for partition in partitions.history_partitions()}
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.postgres_only
+def test_a_job_that_finishes_in_an_interval_without_partition_goes_to_the_overflow(
+    partitioned,
+):
+    lagged = finished(NOW - 1000 * DAY)  # no test made partitions that far back
+
+    assert where(lagged.pk) == partitions.OVERFLOW
+    run = prune(NOW)
+    assert run.counts["jobs"] == 1
+    assert not Job.objects.exists()
+
+
+@pytest.mark.postgres_only
+def test_the_claim_and_the_finish_read_only_the_hot_partition(partitioned):
+    for _ in range(3):
+        finished(NOW)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "EXPLAIN SELECT * FROM scheduler_app_job WHERE status = 'pending' AND %s = 'infinity'"
+            % partitions.HISTORY_KEY
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname LIKE 'scheduler_app_%%_jobs'")
+        functions = [row[0] for row in cursor.fetchall()]
+
+    assert partitions.HOT in plan
+    assert partitions.PARTITION_PREFIX not in plan and partitions.OVERFLOW not in plan
+    # The functions name the partition key as partitions.HISTORY_KEY does.
+    key = "CASE WHEN in_history AND status IN ('succeeded', 'failed', 'cancelled')"
+    assert len(functions) == 2
+    assert all(key in " ".join(source.replace("j.", "").split()) for source in functions)
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db
+def test_the_command_says_what_it_would_do_and_changes_nothing_in_a_dry_run(capsys):
+    if partitions.is_partitioned():
+        pytest.skip("the test database is partitioned already (SCHEDULER_TEST_PARTITIONED=1)")
+    call_command("scheduler_partition", "--dry-run")
+
+    assert "Would partition the job table" in capsys.readouterr().out
+    assert not partitions.is_partitioned()
+
+
+@pytest.mark.django_db
+def test_the_command_on_sqlite_says_partitioning_needs_postgresql():
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite's answer")
+    with pytest.raises(CommandError, match="needs PostgreSQL"):
+        call_command("scheduler_partition")
