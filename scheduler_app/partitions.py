@@ -28,6 +28,7 @@ import dataclasses
 import datetime as dt
 import logging
 import time
+from collections.abc import Iterable, Iterator
 
 from django.db import OperationalError
 
@@ -186,24 +187,40 @@ def _timestamp(text: str) -> dt.datetime:
 
 def ensure_partitions(now: dt.datetime | None = None) -> list[Partition]:
     """Make the partitions of the current interval and the next HISTORY_PARTITIONS_AHEAD
-    ones that are missing; return those made.
+    ones that are missing; return those made."""
+    start = _start_of(now or clock.now())
+    return _make_partitions(
+        start + step * interval() for step in range(app_settings.HISTORY_PARTITIONS_AHEAD + 1)
+    )
+
+
+def _make_partitions(starts: Iterable[dt.datetime]) -> list[Partition]:
+    """Make the missing partitions of the intervals that begin at ``starts``; return them.
 
     Each is made as a table of its own, indexed while empty, then attached: attaching
     takes a lock that lets the claim loop go on (SHARE UPDATE EXCLUSIVE on the job
-    table) and reads only the overflow partition.
+    table) and reads only the overflow partition. An interval some of whose jobs are in
+    the overflow partition already gets none (attaching it would fail): retention
+    deletes those rows one by one.
     """
     existing = {partition.start for partition in history_partitions()}
-    start = _start_of(now or clock.now())
     made = []
-    for step in range(app_settings.HISTORY_PARTITIONS_AHEAD + 1):
-        begin = start + step * interval()
+    for begin in starts:
         if begin in existing:
             continue
         partition = Partition(
             PARTITION_PREFIX + begin.strftime("%Y%m%dt%H%M"), begin, begin + interval()
         )
-        bounds = "FROM ('%s') TO ('%s')" % (partition.start.isoformat(), partition.end.isoformat())
+        bounds = [partition.start, partition.end]
         with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT EXISTS (SELECT 1 FROM %s WHERE %s >= %%s AND %s < %%s)"
+                % (OVERFLOW, HISTORY_KEY, HISTORY_KEY),
+                bounds,
+            )
+            if cursor.fetchone()[0]:
+                logger.warning("no partition for an interval in overflow from=%s", begin)
+                continue
             cursor.execute("DROP TABLE IF EXISTS %s" % partition.name)  # a try cut short
             cursor.execute(
                 "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
@@ -211,10 +228,68 @@ def ensure_partitions(now: dt.datetime | None = None) -> list[Partition]:
             )
             for statement in _index_statements(partition.name):
                 cursor.execute(statement)
-        _locked("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES %s" % (JOB, partition.name, bounds))
+        _locked(
+            "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')"
+            % (JOB, partition.name, partition.start.isoformat(), partition.end.isoformat())
+        )
         logger.info("history partition made name=%s", partition.name)
         made.append(partition)
     return made
+
+
+def history_to_move(since: dt.datetime | None, *, limit: int, table: str = HOT) -> int:
+    """Return how many finished jobs of the hot partition (or ``table``: the job table
+    before the conversion) finished at or after ``since`` (None: whenever), counted up
+    to ``limit``: what move_history() would move."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM %s WHERE %s LIMIT %%s) AS left_behind"
+            % (table, _LEFT_BEHIND),
+            [since, since, limit],
+        )
+        return cursor.fetchone()[0]
+
+
+#: Jobs of the hot partition that finished (before the conversion, or outside the
+#: worker's finish) at or after a time, or whenever if it is NULL.
+_LEFT_BEHIND = (
+    "status IN ('succeeded', 'failed', 'cancelled')"
+    " AND (%s::timestamptz IS NULL OR COALESCE(finished_at, created_at) >= %s)"
+)
+
+
+def move_history(since: dt.datetime | None, *, batch_size: int) -> Iterator[int]:
+    """Move the finished jobs of the hot partition that finished at or after ``since``
+    into the partitions of their intervals, ``batch_size`` at a time, each batch its own
+    transaction; yield each batch's count.
+
+    Makes the partitions of the intervals from ``since`` (or the earliest such job) on
+    first. A batch locks only the rows it moves, skipping those a worker holds (SKIP
+    LOCKED), and moves them as the worker's finish does: by marking them in_history.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT min(COALESCE(finished_at, created_at)) FROM %s WHERE %s" % (HOT, _LEFT_BEHIND),
+            [since, since],
+        )
+        earliest = cursor.fetchone()[0]
+    if earliest is None:
+        return
+    begin, current = _start_of(earliest), _start_of(clock.now())
+    _make_partitions(begin + step * interval() for step in range((current - begin) // interval()))
+    ensure_partitions()
+    while True:
+        with database.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE %s SET in_history = true WHERE %s = 'infinity' AND id IN "
+                "(SELECT id FROM %s WHERE %s LIMIT %%s FOR UPDATE SKIP LOCKED)"
+                % (JOB, HISTORY_KEY, HOT, _LEFT_BEHIND),
+                [since, since, batch_size],
+            )
+            moved = cursor.rowcount
+        if not moved:
+            return
+        yield moved
 
 
 def expired(cutoff: dt.datetime) -> list[Partition]:

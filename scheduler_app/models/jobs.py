@@ -147,9 +147,10 @@ class Job(models.Model):
         db_index=False,
     )
     created_at = models.DateTimeField(default=clock.now)
-    #: Set by the worker's finish when the job ends; with partitioned history on
-    #: PostgreSQL the row then lives in the partition of its finish day
-    #: (scheduler_app.partitions), which retention drops whole.
+    #: Set on PostgreSQL by the worker's finish when the job ends (and by
+    #: scheduler_partition --move-history): with partitioned history the row then lives
+    #: in the partition of its finish time (scheduler_app.partitions), which retention
+    #: drops whole. SQLite has no partitions and leaves it false.
     in_history = models.BooleanField(default=False, db_default=False, editable=False)
 
     objects = JobQuerySet.as_manager()

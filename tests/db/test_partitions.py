@@ -204,3 +204,32 @@ def test_the_command_on_sqlite_says_partitioning_needs_postgresql():
         pytest.skip("SQLite's answer")
     with pytest.raises(CommandError, match="needs PostgreSQL"):
         call_command("scheduler_partition")
+
+
+@pytest.mark.postgres_only
+def test_moving_history_puts_what_finished_before_in_partitions_in_batches(partitioned, capsys):
+    recent = [
+        finished(NOW - 2 * DAY - dt.timedelta(hours=hour), in_history=False) for hour in (1, 2, 3)
+    ]
+    past_retention = finished(NOW - 40 * DAY, in_history=False)  # retention deletes it
+    pending = schedule("tests.noop", unique_key="still")
+
+    call_command("scheduler_partition", "--move-history", "--batch-size", "2")
+
+    assert "moved 3 finished jobs into partitions" in capsys.readouterr().out
+    homes = {where(job.pk) for job in recent}
+    assert partitions.HOT not in homes and partitions.OVERFLOW not in homes
+    assert where(past_retention.pk) == where(pending.pk) == partitions.HOT
+    assert all(Job.objects.get(pk=job.pk).in_history for job in recent)
+    call_command("scheduler_partition", "--move-history", "--dry-run")
+    assert "would move 0 finished jobs" in capsys.readouterr().out
+
+
+@pytest.mark.postgres_only
+def test_moving_history_refuses_above_the_breaker_and_moves_nothing(partitioned):
+    jobs = [finished(NOW - DAY, in_history=False) for _ in range(2)]
+
+    with pytest.raises(CommandError, match="more than 1 finished jobs would move"):
+        call_command("scheduler_partition", "--move-history", "--max-rows", "1")
+
+    assert {where(job.pk) for job in jobs} == {partitions.HOT}

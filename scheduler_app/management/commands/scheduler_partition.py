@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler_app import partitions
+from scheduler_app import clock, partitions
+from scheduler_app.bounds import positive_int
 from scheduler_app.conf import app_settings
 from scheduler_app.management.database import database_ready
 
@@ -17,12 +19,32 @@ class Command(BaseCommand):
     help = (
         "Partition the job table so that retention drops finished jobs a partition at a "
         "time (PostgreSQL; workers may run meanwhile), and make the partitions ahead "
-        "(HISTORY_PARTITIONS_AHEAD). Run again, it makes only missing partitions."
+        "(HISTORY_PARTITIONS_AHEAD). Run again, it makes only missing partitions. "
+        "--move-history then moves the jobs that finished before into partitions too."
     )
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--dry-run", action="store_true", help="Say what would be done; change nothing."
+        )
+        parser.add_argument(
+            "--move-history",
+            action="store_true",
+            help="Also move the finished jobs left in the hot partition (those within "
+            "RETENTION_JOBS_DAYS; retention deletes older ones) into partitions, in batches.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=positive_int("PRUNE_BATCH_SIZE"),
+            metavar="N",
+            help="Jobs one --move-history transaction moves. Default: PRUNE_BATCH_SIZE.",
+        )
+        parser.add_argument(
+            "--max-rows",
+            type=positive_int("PRUNE_MAX_ROWS"),
+            metavar="N",
+            help="The breaker: --move-history refuses if more jobs than this would move. "
+            "Default: PRUNE_MAX_ROWS.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -30,7 +52,7 @@ class Command(BaseCommand):
         try:
             converted = partitions.is_partitioned()
             if options["dry_run"]:
-                self._describe(converted)
+                self._describe(converted, options)
                 return
             started = time.monotonic()
             made = partitions.convert()
@@ -44,8 +66,41 @@ class Command(BaseCommand):
             "%s history partitions, %s made, in %.1f s."
             % (len(partitions.history_partitions()), len(made), time.monotonic() - started)
         )
+        if options["move_history"]:
+            self._move(options)
 
-    def _describe(self, converted: bool) -> None:
+    def _move(self, options: dict[str, Any]) -> None:
+        since = self._since()
+        max_rows = options["max_rows"] or app_settings.PRUNE_MAX_ROWS
+        total = partitions.history_to_move(since, limit=max_rows + 1)
+        if total > max_rows:
+            raise CommandError(
+                "Refused: more than %s finished jobs would move (--max-rows, default "
+                "PRUNE_MAX_ROWS); nothing moved. Check with --dry-run, then raise --max-rows."
+                % max_rows
+            )
+        batch_size = options["batch_size"] or app_settings.PRUNE_BATCH_SIZE
+        moved, started, shown = 0, time.monotonic(), time.monotonic()
+        for count in partitions.move_history(since, batch_size=batch_size):
+            moved += count
+            if time.monotonic() - shown >= 5:
+                shown = time.monotonic()
+                self.stdout.write(
+                    "moved %s of %s finished jobs (%.0f jobs/s)"
+                    % (moved, total, moved / (shown - started))
+                )
+        elapsed = time.monotonic() - started
+        self.stdout.write(
+            "moved %s finished jobs into partitions in %.1f s (%.0f jobs/s)."
+            % (moved, elapsed, moved / elapsed if elapsed else 0)
+        )
+
+    @staticmethod
+    def _since() -> dt.datetime | None:
+        days = app_settings.RETENTION_JOBS_DAYS
+        return None if days is None else clock.now() - dt.timedelta(days=days)
+
+    def _describe(self, converted: bool, options: dict[str, Any]) -> None:
         if not converted:
             self.stdout.write(
                 "Would partition the job table (its rows stay, in %s) and make %s history "
@@ -56,11 +111,24 @@ class Command(BaseCommand):
                     app_settings.HISTORY_PARTITION_MINUTES,
                 )
             )
-            return
-        existing = partitions.history_partitions()
-        self.stdout.write("The job table is partitioned: %s history partitions." % len(existing))
-        for partition in existing:
-            self.stdout.write("  %s (%s to %s)" % self._shown(partition))
+        else:
+            existing = partitions.history_partitions()
+            self.stdout.write(
+                "The job table is partitioned: %s history partitions." % len(existing)
+            )
+            for partition in existing:
+                self.stdout.write("  %s (%s to %s)" % self._shown(partition))
+        if options["move_history"]:
+            max_rows = options["max_rows"] or app_settings.PRUNE_MAX_ROWS
+            count = partitions.history_to_move(
+                self._since(),
+                limit=max_rows + 1,
+                table=partitions.HOT if converted else partitions.JOB,
+            )
+            self.stdout.write(
+                "--move-history would move %s finished jobs into partitions."
+                % (count if count <= max_rows else "more than %s (refused: --max-rows)" % max_rows)
+            )
 
     @staticmethod
     def _shown(partition: partitions.Partition) -> tuple[str, str, str]:
