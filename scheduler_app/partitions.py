@@ -10,8 +10,9 @@ its finish time for one that has (the worker's finish sets ``Job.in_history``):
   every unfinished job. The claim and the batched finish name HISTORY_KEY = 'infinity',
   so the planner reads no other partition.
 - ``scheduler_app_job_pYYYYMMDDtHHMM``: the jobs that finished in one interval of
-  HISTORY_PARTITION_MINUTES. Retention drops such a partition whole once all of it is
-  past the cutoff (with its jobs' attempts; occurrences and sync cursors are unlinked).
+  HISTORY_PARTITION_MINUTES, with the hot partition's indexes. Retention drops such a
+  partition whole once all of it is past the cutoff (with its jobs' attempts;
+  occurrences and sync cursors are unlinked).
 - ``scheduler_app_job_overflow``, the DEFAULT partition: finished jobs of an interval
   that had no partition yet (maintenance fell behind). Normally empty.
 
@@ -51,16 +52,6 @@ HISTORY_KEY = (
 #: The hot partition's constraint as a CHECK, validated before the conversion attaches the
 #: table, so that attaching it reads no row (PostgreSQL proves it from the CHECK).
 HOT_CHECK = "scheduler_job_hot"
-#: The indexes of a history partition: what reads finished jobs (the admin's and the
-#: API's lists and look-ups, the alert rules, lateness, retention's leftovers).
-HISTORY_INDEXES = (
-    "(id)",
-    "(task_name, status, finished_at)",
-    "(finished_at)",
-    "(started_at)",
-    "(owner_id, id DESC) WHERE owner_id IS NOT NULL",
-    "(cancelled_by_id) WHERE cancelled_by_id IS NOT NULL",
-)
 #: How long a DDL statement on the job table may wait for its lock: the claim loop's
 #: statements queue behind a waiting one. A maintenance step that times out is retried.
 LOCK_TIMEOUT = "500ms"
@@ -80,7 +71,7 @@ class Partition:
     end: dt.datetime
 
     def rows(self) -> int:
-        """Return how many jobs the partition holds (read from its id index)."""
+        """Return how many jobs the partition holds (counted: it reads the partition)."""
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM %s" % self.name)
             return cursor.fetchone()[0]
@@ -143,8 +134,8 @@ def convert() -> list[Partition]:
             "ALTER TABLE {job} DROP CONSTRAINT {check}",
             "ALTER TABLE {job} ALTER COLUMN id SET DEFAULT nextval('{sequence}'::regclass)",
             "ALTER TABLE {job} ATTACH PARTITION {hot} FOR VALUES FROM ('infinity') TO (MAXVALUE)",
-            "CREATE TABLE {overflow} PARTITION OF {job} DEFAULT",
-            *_index_statements(OVERFLOW),
+            *_like_hot(OVERFLOW),
+            "ALTER TABLE {job} ATTACH PARTITION {overflow} DEFAULT",
             job=JOB,
             hot=HOT,
             overflow=OVERFLOW,
@@ -156,10 +147,15 @@ def convert() -> list[Partition]:
     return ensure_partitions()
 
 
-def _index_statements(table: str) -> list[str]:
+def _like_hot(table: str) -> list[str]:
+    """Return the statements that make ``table`` a copy of the hot partition's columns,
+    constraints and indexes, but its CHECK: the indexes the reads of finished jobs use,
+    and the partial ones of pending and running jobs, empty here but for the planner an
+    index to skip the partition by instead of reading it."""
     return [
-        "CREATE INDEX %s_%s ON %s %s" % (table, number, table, columns)
-        for number, columns in enumerate(HISTORY_INDEXES)
+        "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)"
+        % (table, HOT),
+        "ALTER TABLE %s DROP CONSTRAINT %s" % (table, HOT_CHECK),
     ]
 
 
@@ -222,11 +218,7 @@ def _make_partitions(starts: Iterable[dt.datetime]) -> list[Partition]:
                 logger.warning("no partition for an interval in overflow from=%s", begin)
                 continue
             cursor.execute("DROP TABLE IF EXISTS %s" % partition.name)  # a try cut short
-            cursor.execute(
-                "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-                % (partition.name, JOB)
-            )
-            for statement in _index_statements(partition.name):
+            for statement in _like_hot(partition.name):
                 cursor.execute(statement)
         _locked(
             "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')"
@@ -297,19 +289,24 @@ def expired(cutoff: dt.datetime) -> list[Partition]:
     return [partition for partition in history_partitions() if partition.end <= cutoff]
 
 
-def drop(partition: Partition) -> int:
+def drop(partition: Partition) -> bool:
     """Drop a history partition with its jobs' attempts, unlinking the occurrences and sync
-    cursors that name its jobs (what the ORM's on_delete would do); return its rows.
+    cursors that name its jobs (what the ORM's on_delete would do); return False if it
+    was gone already (another prune run dropped it).
 
     One transaction deletes the attempts, cuts the links (looking up only rows whose job
-    id is in the partition's range) and drops the table, waiting at most LOCK_TIMEOUT
-    for the drop's lock (tried again from the start).
+    id is in the partition's range, read from the ends of its id index) and drops the
+    table, waiting at most LOCK_TIMEOUT for the drop's lock (tried again from the start).
+    No statement reads the partition's rows: the drop costs the same whatever it holds.
     """
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*), min(id), max(id) FROM %s" % partition.name)
-        rows, lowest, highest = cursor.fetchone()
+        cursor.execute("SELECT to_regclass(%s)", [partition.name])
+        if cursor.fetchone()[0] is None:
+            return False
+        cursor.execute("SELECT min(id), max(id) FROM %s" % partition.name)
+        lowest, highest = cursor.fetchone()
     statements = []
-    if rows:
+    if lowest is not None:
         within = "job_id BETWEEN %d AND %d AND job_id IN (SELECT id FROM %s)" % (
             lowest,
             highest,
@@ -321,8 +318,8 @@ def drop(partition: Partition) -> int:
             for model in (ScheduleOccurrence, SyncCursor)
         )
     _locked(*statements, "DROP TABLE %s" % partition.name)
-    logger.info("history partition dropped name=%s rows=%s", partition.name, rows)
-    return rows
+    logger.info("history partition dropped name=%s", partition.name)
+    return True
 
 
 def _locked(*statements: str, **names: str) -> None:

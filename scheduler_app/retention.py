@@ -303,9 +303,10 @@ def _remove(cutoffs: dict[str, dt.datetime], counts: dict[str, int], budget: int
     remember_pruned(cutoffs.get("jobs"), cutoffs.get("occurrences"))
     done: dict[str, int] = {}
     if "jobs" in cutoffs and partitions.is_partitioned():
-        done[PARTITIONED_JOBS] = sum(
-            partitions.drop(partition) for partition in partitions.expired(cutoffs["jobs"])
-        )
+        for partition in partitions.expired(cutoffs["jobs"]):
+            partitions.drop(partition)
+        # Counted by qualifying() for the same cutoff: the drops read no rows.
+        done[PARTITIONED_JOBS] = counts.get(PARTITIONED_JOBS, 0)
     for kind in KINDS:
         if kind.name in cutoffs:
             left = budget - sum(done.values()) + done.get(PARTITIONED_JOBS, 0)

@@ -1,0 +1,172 @@
+#!/usr/bin/env python
+"""Converting an existing install to partitioned history: how long ``scheduler_partition``
+takes on a job table with a large history, and how fast ``--move-history`` moves it,
+while a claimer keeps claiming.
+
+Run from the repository root, alone on the machine::
+
+    python bench/partition_convert.py
+
+On a database of its own (BENCH_DATABASE_URL, default ``bench_partition_convert``) it
+stores BENCH_FINISHED (1000000) jobs that finished in the last day and BENCH_PENDING
+(100000) due ones, VACUUM ANALYZEs, then times ``partitions.convert()`` (the CHECK's
+validation reads the table; the swap reads nothing) and ``partitions.move_history()``
+(PRUNE_BATCH_SIZE jobs a transaction, into one-day partitions), while a thread claims and
+finishes CONCURRENCY jobs at a time, recording each turn's time. For comparison it then
+deletes BENCH_COMPARE (100000) of the moved jobs with the prune's statement, batch by batch.
+The last stdout line is ``convert_s=<n> move_jobs_s=<n> delete_jobs_s=<n>``.
+
+Environment: BENCH_FINISHED, BENCH_PENDING, BENCH_COMPARE, BENCH_DATABASE_URL,
+BENCH_RESULTS (default bench/results-prune.md), BENCH_REVISION.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+import time
+from pathlib import Path
+
+from harness import (
+    REPO,
+    append_results,
+    env_int,
+    machine_description,
+    machine_line,
+    migrate,
+    recreate_database,
+    setup_django,
+)
+from turn import succeeded
+from worker_scale import fill_history
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_partition_convert"
+LEASE = dt.timedelta(seconds=60)
+
+
+class Claimer(threading.Thread):
+    """Claim and finish jobs as runworker's loop does until stopped; keep each turn's time."""
+
+    def __init__(self) -> None:
+        super().__init__(name="claimer", daemon=True)
+        self.stopping = threading.Event()
+        self.turns: list[float] = []
+        self.jobs = 0
+
+    def run(self) -> None:
+        from django.db import connection
+
+        from scheduler_app import clock
+        from scheduler_app.conf import app_settings
+        from scheduler_app.db import postgresql as pg
+
+        arguments = {
+            "worker": "bench",
+            "queues": ["default"],
+            "limit": app_settings.CONCURRENCY,
+            "lease": LEASE,
+        }
+        rows: list[tuple] = []
+        try:
+            while not self.stopping.is_set():
+                finishes = succeeded(rows, clock.now())
+                began = time.perf_counter()
+                _, rows = pg.finish_and_claim(finishes, **arguments)
+                self.turns.append(time.perf_counter() - began)
+                self.jobs += len(finishes)
+                time.sleep(0.005)  # a paced claimer: its latency is what is measured
+        finally:
+            connection.close()
+
+    def p99_ms(self, since: int = 0) -> float:
+        turns = sorted(self.turns[since:])
+        return turns[int(len(turns) * 0.99)] * 1000 if turns else 0.0
+
+
+def main() -> None:
+    url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
+    recreate_database(url)
+    setup_django(url)
+    migrate()
+    from scheduler_app import partitions
+    from scheduler_app.db.postgresql import prune_finished_jobs
+
+    machine = machine_description(
+        ("autovacuum", "shared_buffers"), os.environ.get("BENCH_REVISION", "")
+    )
+    finished = env_int("BENCH_FINISHED", 1_000_000)
+    began = time.perf_counter()
+    fill_history(finished, env_int("BENCH_PENDING", 100_000), due=-dt.timedelta(minutes=1))
+    fill_s = time.perf_counter() - began
+
+    claimer = Claimer()
+    claimer.start()
+    time.sleep(10)
+    baseline = claimer.p99_ms()
+    mark = len(claimer.turns)
+    began = time.perf_counter()
+    partitions.convert()
+    convert_s = time.perf_counter() - began
+    during_convert = claimer.p99_ms(mark)
+    mark = len(claimer.turns)
+    began = time.perf_counter()
+    moved = sum(partitions.move_history(None, batch_size=1000))
+    move_s = time.perf_counter() - began
+    during_move = claimer.p99_ms(mark)
+
+    compare = env_int("BENCH_COMPARE", 100_000)
+    target = max(partitions.history_partitions(), key=lambda partition: partition.rows()).name
+    deleted, began = 0, time.perf_counter()
+    future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+    while deleted < compare:
+        removed = prune_finished_jobs(
+            cutoff=future, limit=min(1000, compare - deleted), table=target
+        )
+        if not removed:
+            break
+        deleted += removed
+    delete_s = time.perf_counter() - began
+    claimer.stopping.set()
+    claimer.join()
+
+    final = "convert_s=%.2f move_jobs_s=%.0f delete_jobs_s=%.0f" % (
+        convert_s,
+        moved / move_s,
+        deleted / delete_s,
+    )
+    section = (
+        "\n## %s — bench/partition_convert.py finished=%s\n\n%s\n\n"
+        "| measure | result |\n|---|---|\n"
+        "| fill (SQL, then VACUUM ANALYZE) | %.1f s |\n"
+        "| `convert()` (CHECK validated, then the swap) | **%.2f s** |\n"
+        "| `move_history()`: %s finished jobs into day partitions, 1000 a transaction "
+        "| **%.0f jobs/s** (%.1f s) |\n"
+        "| for comparison: the prune's DELETE, %s of those jobs, 1000 a statement | %.0f jobs/s |\n"
+        "| claimer's turn p99 (finish + claim, paced every 5 ms): before / during convert "
+        "/ during the move | %.1f / %.1f / %.1f ms |\n"
+        "\nFinal line: `%s`\n"
+        % (
+            dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            finished,
+            machine_line(machine),
+            fill_s,
+            convert_s,
+            moved,
+            moved / move_s,
+            move_s,
+            deleted,
+            deleted / delete_s,
+            baseline,
+            during_convert,
+            during_move,
+            final,
+        )
+    )
+    results = Path(os.environ.get("BENCH_RESULTS", REPO / "bench" / "results-prune.md"))
+    append_results(results, "# Retention benchmark results\n", section)
+    print(final)
+
+
+if __name__ == "__main__":
+    main()
