@@ -7,7 +7,8 @@ from scheduler_app.db.functions import RunSQLOnPostgreSQL
 # Partitioned history (scheduler_app.partitions), the part every install gets; all of it
 # additive, so that workers of the release before keep running during a deploy:
 # - Job.in_history, a column with a default (instant on PostgreSQL 11+), set by the
-#   batched finish when a job ends. The partitioned job table routes rows by it.
+#   batched finish when a job ends once the job table is partitioned, which routes rows
+#   by it.
 # - The three foreign keys to the job table lose their database constraint (the ORM's
 #   on_delete still applies): a partitioned table cannot have a unique constraint on id
 #   alone, which a foreign key needs. Dropping a constraint is instant.
@@ -79,9 +80,9 @@ BEGIN
     -- Rows are found by primary key (j.id = ANY(p_ids)); the status guard is written
     -- IS TRUE so that it implies no partial index's predicate, or the planner may scan
     -- one of them (every pending job) instead. The lease_token guard fences out a worker
-    -- whose lease expired: its rows match nothing, and write no history row. A job that
-    -- ends is marked in_history: with partitioned history its row moves, in this update,
-    -- into the partition of the day it finished (scheduler_app.partitions).
+    -- whose lease expired: its rows match nothing, and write no history row. With
+    -- partitioned history a job that ends is marked in_history, and its row moves, in
+    -- this update, into the partition of the time it finished (scheduler_app.partitions).
     RETURN QUERY
     WITH v AS (
         SELECT * FROM json_to_recordset(p_rows) AS v(
@@ -100,7 +101,11 @@ BEGIN
             retry_later_deadline = COALESCE(v.deadline, j.retry_later_deadline),
             worker_id = CASE WHEN v.history THEN '' ELSE j.worker_id END,
             lease_expires_at = NULL,
-            in_history = v.status IN ('succeeded', 'failed', 'cancelled')
+            -- Only once the table is partitioned (scheduler_partition): a row that ended
+            -- before stays in the hot partition, whose bound the conversion checks.
+            in_history = v.status IN ('succeeded', 'failed', 'cancelled') AND (
+                SELECT EXISTS (SELECT FROM pg_partitioned_table
+                               WHERE partrelid = to_regclass('scheduler_app_job')))
         FROM v
         WHERE j.id = ANY(p_ids) AND j.id = v.id AND j.lease_token = v.token
           AND (j.status = 'running') IS TRUE

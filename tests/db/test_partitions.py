@@ -69,19 +69,22 @@ def finished(finished_at: dt.datetime, *, in_history: bool = True, **fields) -> 
 def test_converting_keeps_every_job_where_it_was_and_ids_go_on():
     if partitions.is_partitioned():
         pytest.skip("the test database is partitioned already (SCHEDULER_TEST_PARTITIONED=1)")
-    pending = schedule("tests.noop", unique_key="k")
+    pending = schedule("tests.noop", unique_key="k", delay=3600)
     done = finished(NOW - DAY, in_history=False)
+    with running_worker():  # its finish, before the conversion, keeps the row hot
+        ran = wait_for_status(schedule("tests.noop"), Status.SUCCEEDED)
+    assert not ran.in_history
     try:
         made = partitions.convert()
 
         assert partitions.is_partitioned()
         assert len(made) == partitions.app_settings.HISTORY_PARTITIONS_AHEAD + 1
-        assert {where(pending.pk), where(done.pk)} == {partitions.HOT}
+        assert {where(pending.pk), where(done.pk), where(ran.pk)} == {partitions.HOT}
         assert Job.objects.get(pk=done.pk).status == Status.SUCCEEDED
         later = schedule("tests.noop")
         assert later.pk > done.pk
         # The unique key of unfinished jobs holds in the hot partition.
-        assert schedule("tests.noop", unique_key="k").pk == pending.pk
+        assert schedule("tests.noop", unique_key="k", delay=3600).pk == pending.pk
         assert partitions.convert() == []  # again: nothing to do
     finally:
         revert()
