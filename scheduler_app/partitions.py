@@ -106,9 +106,10 @@ def convert() -> list[Partition]:
     Validates the hot partition's CHECK on the table as it is (it reads the table, without
     blocking writes), then, in one short transaction that waits at most LOCK_TIMEOUT for
     its lock (retried): renames the table to the hot partition, makes the partitioned
-    table in its place, attaches it (no row read), adds the overflow partition. Then makes
-    the partitions of the next HISTORY_PARTITIONS_AHEAD intervals. Does nothing but the
-    last step if the table is partitioned already.
+    table in its place, attaches it (no row read), adds the overflow partition and the
+    partitions of the current and the next interval (so that no finish meets the table
+    without them). Then makes the partitions of the next HISTORY_PARTITIONS_AHEAD
+    intervals. Does nothing but the last step if the table is partitioned already.
     """
     if connection.vendor != "postgresql":
         raise NotSupported("Partitioned history needs PostgreSQL; SQLite keeps one table.")
@@ -127,6 +128,8 @@ def convert() -> list[Partition]:
             cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (JOB, HOT_CHECK))
             cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [JOB])
             sequence = cursor.fetchone()[0]
+        now = _start_of(clock.now())
+        first = [_partition(now), _partition(now + interval())]
         _locked(
             "ALTER TABLE {job} RENAME TO {hot}",
             "CREATE TABLE {job} (LIKE {hot} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
@@ -136,6 +139,14 @@ def convert() -> list[Partition]:
             "ALTER TABLE {job} ATTACH PARTITION {hot} FOR VALUES FROM ('infinity') TO (MAXVALUE)",
             *_like_hot(OVERFLOW),
             "ALTER TABLE {job} ATTACH PARTITION {overflow} DEFAULT",
+            # The current interval's and the next one's partitions, before any finish
+            # can see the partitioned table: a finish with none would go to the
+            # overflow, and the interval could then get no partition.
+            *(
+                statement
+                for partition in first
+                for statement in (*_like_hot(partition.name), _attach(partition))
+            ),
             job=JOB,
             hot=HOT,
             overflow=OVERFLOW,
@@ -144,6 +155,7 @@ def convert() -> list[Partition]:
             sequence=sequence,
         )
         logger.info("partitioned table=%s hot=%s", JOB, HOT)
+        return first + ensure_partitions()
     return ensure_partitions()
 
 
@@ -204,9 +216,7 @@ def _make_partitions(starts: Iterable[dt.datetime]) -> list[Partition]:
     for begin in starts:
         if begin in existing:
             continue
-        partition = Partition(
-            PARTITION_PREFIX + begin.strftime("%Y%m%dt%H%M"), begin, begin + interval()
-        )
+        partition = _partition(begin)
         bounds = [partition.start, partition.end]
         with connection.cursor() as cursor:
             cursor.execute(
@@ -220,13 +230,24 @@ def _make_partitions(starts: Iterable[dt.datetime]) -> list[Partition]:
             cursor.execute("DROP TABLE IF EXISTS %s" % partition.name)  # a try cut short
             for statement in _like_hot(partition.name):
                 cursor.execute(statement)
-        _locked(
-            "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')"
-            % (JOB, partition.name, partition.start.isoformat(), partition.end.isoformat())
-        )
+        _locked(_attach(partition))
         logger.info("history partition made name=%s", partition.name)
         made.append(partition)
     return made
+
+
+def _partition(begin: dt.datetime) -> Partition:
+    """Return the partition of the interval that begins at ``begin`` (made or not)."""
+    return Partition(PARTITION_PREFIX + begin.strftime("%Y%m%dt%H%M"), begin, begin + interval())
+
+
+def _attach(partition: Partition) -> str:
+    return "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')" % (
+        JOB,
+        partition.name,
+        partition.start.isoformat(),
+        partition.end.isoformat(),
+    )
 
 
 def history_to_move(since: dt.datetime | None, *, limit: int, table: str = HOT) -> int:
