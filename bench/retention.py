@@ -52,14 +52,6 @@ from turn import succeeded
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/bench_retention"
 MODES = ("delete", "partitions")
 LEASE = dt.timedelta(seconds=60)
-OTHER_RETENTIONS = (
-    "RETENTION_OCCURRENCES_DAYS",
-    "RETENTION_CONTROL_EVENTS_DAYS",
-    "RETENTION_RECIPIENT_CONTEXT_DAYS",
-    "RETENTION_DRY_RUN_REPORTS_DAYS",
-    "RETENTION_WORKERS_DAYS",
-    "RETENTION_ALERTS_DAYS",
-)
 INSERT_DUE = (
     "INSERT INTO scheduler_app_job (task_name, queue, priority, payload, payload_version, "
     "status, scheduled_for, run_at, attempts, max_attempts, worker_id, lease_token, "
@@ -133,12 +125,14 @@ def drain(mode: str, url: str) -> None:
     from django.conf import settings
     from django.test import override_settings
 
+    from scheduler_app.retention import SETTINGS
+
     override_settings(
         SCHEDULER_APP={
             **getattr(settings, "SCHEDULER_APP", {}),
-            "RETENTION_JOBS_DAYS": retention_days,
             # Jobs only: each prune's fixed cost is then what pruning jobs costs.
-            **dict.fromkeys(OTHER_RETENTIONS),
+            **dict.fromkeys(SETTINGS.values()),
+            "RETENTION_JOBS_DAYS": retention_days,
             "PRUNE_MAX_ROWS": 100_000_000,
             "HISTORY_PARTITION_MINUTES": 1,
             "HISTORY_PARTITIONS_AHEAD": 3,

@@ -259,7 +259,7 @@ def prune(
         counts = qualifying(cutoffs, limit=max_rows + 1)
         if dry_run:
             _finish(run, PruneRun.Outcome.DRY_RUN, counts, "")
-        elif sum(counts.values()) - counts.get(PARTITIONED_JOBS, 0) > max_rows:
+        elif rows_one_by_one(counts) > max_rows:
             _refuse(run, counts)
         else:
             _finish(run, PruneRun.Outcome.PRUNED, _remove(cutoffs, counts, max_rows), "")
@@ -309,12 +309,17 @@ def _remove(cutoffs: dict[str, dt.datetime], counts: dict[str, int], budget: int
         done[PARTITIONED_JOBS] = counts.get(PARTITIONED_JOBS, 0)
     for kind in KINDS:
         if kind.name in cutoffs:
-            left = budget - sum(done.values()) + done.get(PARTITIONED_JOBS, 0)
+            left = budget - rows_one_by_one(done)
             done[kind.name] = _remove_rows(kind, cutoffs[kind.name], left)
     if REPORTS in cutoffs:
-        left = budget - sum(done.values()) + done.get(PARTITIONED_JOBS, 0)
-        done[REPORTS] = _remove_reports(cutoffs[REPORTS], left)
+        done[REPORTS] = _remove_reports(cutoffs[REPORTS], budget - rows_one_by_one(done))
     return done
+
+
+def rows_one_by_one(counts: dict[str, int]) -> int:
+    """Return the rows (and files) of ``counts`` removed one by one: what the breaker
+    counts, all but the jobs that go with whole partitions."""
+    return sum(counts.values()) - counts.get(PARTITIONED_JOBS, 0)
 
 
 def _remove_rows(kind: Kind, cutoff: dt.datetime, budget: int) -> int:

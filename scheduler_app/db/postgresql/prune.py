@@ -8,10 +8,13 @@ from scheduler_app.db.postgresql.jobs import ATTEMPT, JOB
 from scheduler_app.db.postgresql.statements import bound_cursor
 from scheduler_app.models import ScheduleOccurrence, SyncCursor
 
+#: The jobs of a table that finished before a cutoff (retention.finished_jobs()).
+FINISHED_BEFORE = "status IN ('succeeded', 'failed', 'cancelled') AND finished_at < %(cutoff)s"
+
 PRUNE_JOBS = f"""
 WITH doomed AS (
     SELECT id FROM {{table}}
-    WHERE status IN ('succeeded', 'failed', 'cancelled') AND finished_at < %(cutoff)s
+    WHERE {FINISHED_BEFORE}
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), attempts AS (
@@ -50,8 +53,7 @@ def count_finished_jobs(*, cutoff: dt.datetime, limit: int, table: str) -> int:
     """Return how many jobs of ``table`` finished before ``cutoff``, counted up to ``limit``."""
     with bound_cursor() as cursor:
         cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE status IN "
-            "('succeeded', 'failed', 'cancelled') AND finished_at < %(cutoff)s "
+            f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {FINISHED_BEFORE} "
             "LIMIT %(limit)s) AS doomed",
             {"cutoff": cutoff, "limit": limit},
         )

@@ -13,6 +13,7 @@ from scheduler_app import clock, partitions
 from scheduler_app.bounds import positive_int
 from scheduler_app.conf import app_settings
 from scheduler_app.management.database import database_ready
+from scheduler_app.retention import cutoffs_for
 
 
 class Command(BaseCommand):
@@ -71,8 +72,7 @@ class Command(BaseCommand):
 
     def _move(self, options: dict[str, Any]) -> None:
         since = self._since()
-        max_rows = options["max_rows"] or app_settings.PRUNE_MAX_ROWS
-        total = partitions.history_to_move(since, limit=max_rows + 1)
+        total, max_rows = self._left_behind(options, partitions.HOT)
         if total > max_rows:
             raise CommandError(
                 "Refused: more than %s finished jobs would move (--max-rows, default "
@@ -97,8 +97,14 @@ class Command(BaseCommand):
 
     @staticmethod
     def _since() -> dt.datetime | None:
-        days = app_settings.RETENTION_JOBS_DAYS
-        return None if days is None else clock.now() - dt.timedelta(days=days)
+        """Return retention's cutoff for jobs now (None: they are kept)."""
+        return cutoffs_for(clock.now()).get("jobs")
+
+    def _left_behind(self, options: dict[str, Any], table: str) -> tuple[int, int]:
+        """Return (jobs --move-history would move, counted up to one past the breaker;
+        the breaker)."""
+        max_rows = options["max_rows"] or app_settings.PRUNE_MAX_ROWS
+        return partitions.history_to_move(self._since(), limit=max_rows + 1, table=table), max_rows
 
     def _describe(self, converted: bool, options: dict[str, Any]) -> None:
         if not converted:
@@ -119,11 +125,8 @@ class Command(BaseCommand):
             for partition in existing:
                 self.stdout.write("  %s (%s to %s)" % self._shown(partition))
         if options["move_history"]:
-            max_rows = options["max_rows"] or app_settings.PRUNE_MAX_ROWS
-            count = partitions.history_to_move(
-                self._since(),
-                limit=max_rows + 1,
-                table=partitions.HOT if converted else partitions.JOB,
+            count, max_rows = self._left_behind(
+                options, partitions.HOT if converted else partitions.JOB
             )
             self.stdout.write(
                 "--move-history would move %s finished jobs into partitions."
