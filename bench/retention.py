@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Retention at full speed: a sustained drain with a short retention, pruned by deleting
-rows (the job table as one table) and by dropping partitions (scheduler_partition).
+rows (the job table as one table) and by dropping partitions (as migrate leaves a new install).
 
 Run from the repository root, alone on the machine::
 
@@ -134,6 +134,8 @@ def drain(mode: str, url: str) -> None:
             **dict.fromkeys(SETTINGS.values()),
             "RETENTION_JOBS_DAYS": retention_days,
             "PRUNE_MAX_ROWS": 100_000_000,
+            # migrate partitions the new database's job table (migration 0033) or not.
+            "PARTITIONED_HISTORY": mode == "partitions",
             "HISTORY_PARTITION_MINUTES": 1,
             "HISTORY_PARTITIONS_AHEAD": 3,
         }
@@ -147,7 +149,6 @@ def drain(mode: str, url: str) -> None:
 
     hot_table = "scheduler_app_job"
     if mode == "partitions":
-        partitions.convert()
         hot_table = partitions.HOT
     rate, seconds = env_int("BENCH_RATE", 5000), env_int("BENCH_SECONDS", 600)
     arguments = {

@@ -125,8 +125,10 @@ DEFAULTS: dict[str, Any] = {
     "PRUNE_BATCH_SIZE": 1000,
     "PRUNE_MAX_ROWS": 1_000_000,
     "PRUNE_SCHEDULE": "30 3 * * *",  # cron, UTC; None switches the built-in schedule off
-    # Partitioned job history on PostgreSQL (scheduler_partition, scheduler_app.partitions):
-    # the finish times one partition holds, and how many partitions are made ahead.
+    # Partitioned job history on PostgreSQL (scheduler_app.partitions): whether migrating a
+    # new install partitions its job table, the finish times one partition holds, and how
+    # many partitions are made ahead.
+    "PARTITIONED_HISTORY": True,
     "HISTORY_PARTITION_MINUTES": 1440,
     "HISTORY_PARTITIONS_AHEAD": 7,
     # The database of scheduler_app's tables (an alias of DATABASES; see
@@ -445,11 +447,19 @@ DESCRIPTIONS: dict[str, str] = {
         "Cron expression (UTC) of the built-in daily prune schedule `scheduler-prune`; "
         "`None` switches it off."
     ),
+    "PARTITIONED_HISTORY": (
+        "On PostgreSQL, whether `migrate` partitions a new install's job table (migration "
+        "0033, while the table is still empty), so that retention drops finished jobs by "
+        "whole partitions. An install whose job table holds rows keeps one table until "
+        "`scheduler_partition` converts it online. `False` keeps one table; SQLite always "
+        "does."
+    ),
     "HISTORY_PARTITION_MINUTES": (
-        "With partitioned job history (PostgreSQL, after `scheduler_partition`): the "
-        "minutes of finish times one history partition holds, aligned to UTC (1440: a "
-        "day). Retention drops a partition once all of it is past the cutoff, so finished "
-        "jobs are kept up to this much longer than `RETENTION_JOBS_DAYS`."
+        "With partitioned job history (PostgreSQL: a new install, or after "
+        "`scheduler_partition`): the minutes of finish times one history partition holds, "
+        "aligned to UTC (1440: a day). Retention drops a partition once all of it is past "
+        "the cutoff, so finished jobs are kept up to this much longer than "
+        "`RETENTION_JOBS_DAYS`."
     ),
     "HISTORY_PARTITIONS_AHEAD": (
         "With partitioned job history: how many partitions after the current one "

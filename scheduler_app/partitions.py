@@ -1,6 +1,7 @@
 """Partitioned job history on PostgreSQL: finished jobs in time partitions, dropped whole.
 
-After ``convert()`` (``manage.py scheduler_partition``) the job table is partitioned by
+After ``convert()`` (migration 0033 on a new install, ``manage.py scheduler_partition``
+on one whose job table holds rows) the job table is partitioned by
 range over HISTORY_KEY: 'infinity' for every job that has not ended through the worker,
 its finish time for one that has (the worker's finish sets ``Job.in_history``):
 
@@ -21,6 +22,8 @@ Job.attempt_history(), reads all partitions. Jobs that end outside the worker's 
 (cancelled before they ran, failed by the lease rescue) and every job finished before
 the conversion stay in the hot partition, and retention deletes them row by row, as on
 a table that is not partitioned. SQLite, and PostgreSQL until converted, keep one table.
+Queries of pending or running jobs name IN_HOT_PARTITION (JobQuerySet.hot()) so that the
+planner reads the hot partition alone.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from scheduler_app import clock, database
 from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
 from scheduler_app.models import Job, JobAttempt, ScheduleOccurrence, SyncCursor
+from scheduler_app.models.jobs import HISTORY_KEY
 
 logger = logging.getLogger("scheduler_app.partitions")
 
@@ -44,11 +48,6 @@ JOB = Job._meta.db_table
 HOT = JOB + "_hot"
 OVERFLOW = JOB + "_overflow"
 PARTITION_PREFIX = JOB + "_p"
-#: The partition key. The claim and the batched finish (migration 0032) repeat it.
-HISTORY_KEY = (
-    "(CASE WHEN in_history AND status IN ('succeeded', 'failed', 'cancelled')"
-    " THEN COALESCE(finished_at, created_at) ELSE 'infinity'::timestamptz END)"
-)
 #: The hot partition's constraint as a CHECK, validated before the conversion attaches the
 #: table, so that attaching it reads no row (PostgreSQL proves it from the CHECK).
 HOT_CHECK = "scheduler_job_hot"

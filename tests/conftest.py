@@ -18,9 +18,11 @@ VENDOR_FREE = ("browser",)
 #: SCHEDULER_TEST_SEPARATE_DATABASE=1 sets up (tests/settings.py; .ci/run's own step).
 SEPARATE_DATABASE = ("separate_database",)
 
-#: SCHEDULER_TEST_PARTITIONED=1 runs the tests on a partitioned job table (.ci/run's own
-#: step over the folders whose tests reach the job table through workers and the ORM).
-PARTITIONED = os.environ.get("SCHEDULER_TEST_PARTITIONED") == "1"
+#: Whether the test database's job table is partitioned: on PostgreSQL, migrate partitions
+#: a new install's (migration 0033) unless SCHEDULER_TEST_PLAIN_JOB_TABLE=1 (tests/settings.py).
+PARTITIONED = connection.vendor == "postgresql" and settings.SCHEDULER_APP.get(
+    "PARTITIONED_HISTORY", True
+)
 
 #: SCHEDULER_TESTS_REPEAT names what a repeat run of the suite is for: "vendor" (CI's
 #: SQLite run) skips what cannot depend on the database vendor, "version" (CI's Django 6
@@ -57,6 +59,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(
                 pytest.mark.skip(reason="needs PostgreSQL (set DATABASE_URL=postgres://...)")
             )
+        elif PARTITIONED and "plain_job_table" in item.keywords:
+            item.add_marker(
+                pytest.mark.skip(
+                    reason="reads the job table's own storage: runs with "
+                    "SCHEDULER_TEST_PLAIN_JOB_TABLE=1 (its own step in .ci/run)"
+                )
+            )
         elif REPEAT and "%s_free" % REPEAT in item.keywords:
             item.add_marker(
                 pytest.mark.skip(
@@ -64,16 +73,6 @@ def pytest_collection_modifyitems(config, items):
                     "(SCHEDULER_TESTS_REPEAT=%s)" % (REPEAT, REPEAT)
                 )
             )
-
-
-if PARTITIONED:
-
-    @pytest.fixture(scope="session")
-    def django_db_setup(django_db_setup, django_db_blocker):
-        from scheduler_app import partitions
-
-        with django_db_blocker.unblock():
-            partitions.convert()
 
 
 @pytest.fixture

@@ -20,10 +20,21 @@ from scheduler_app.worker.options import WorkerOptions
 REPO = Path(__file__).resolve().parent.parent
 
 
+def job_storage() -> str:
+    """Return the table that stores the pending and running jobs (PostgreSQL): the job
+    table, or its hot partition once the table is partitioned (scheduler_app.partitions)."""
+    from scheduler_app import partitions
+
+    return partitions.HOT if partitions.is_partitioned() else partitions.JOB
+
+
 def indexes_covering(table: str, pk: int) -> set[str]:
-    """Return the indexes of ``table`` (PostgreSQL) whose predicate admits the row ``pk``:
-    the ones a write of that row version adds an entry to."""
+    """Return the indexes of ``table`` (PostgreSQL), or of its partition that holds the row
+    ``pk``, whose predicate admits that row: the ones a write of that row version adds an
+    entry to."""
     with connection.cursor() as cursor:
+        cursor.execute("SELECT tableoid::regclass::text FROM %s WHERE id = %%s" % table, [pk])
+        table = cursor.fetchone()[0]
         cursor.execute(
             "SELECT indexrelid::regclass::text, pg_get_expr(indpred, indrelid) FROM pg_index "
             "WHERE indrelid = %s::regclass",

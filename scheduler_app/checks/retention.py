@@ -1,4 +1,4 @@
-"""Retention: the RETENTION_* and PRUNE_* settings (E054-E056), and relations to Job the
+"""Retention: the RETENTION_*, PRUNE_* and *HISTORY* settings (E054-E057), and relations to Job the
 PostgreSQL prune cannot honour (E059)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ RETENTION_DAYS = (
 
 @register(Tags.compatibility)
 def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Check the RETENTION_*, PRUNE_* and HISTORY_PARTITION* settings (E054-E056)."""
+    """Check the RETENTION_*, PRUNE_* and *HISTORY* settings (E054-E057)."""
     problems: list[CheckMessage] = [
         Error(
             "SCHEDULER_APP[%r] must be a number of days > 0, or None to keep forever." % name,
@@ -51,6 +51,13 @@ def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Che
                     id="scheduler_app.E055",
                 )
             )
+    if not isinstance(app_settings.PARTITIONED_HISTORY, bool):
+        problems.append(
+            Error(
+                "SCHEDULER_APP['PARTITIONED_HISTORY'] must be True or False.",
+                id="scheduler_app.E057",
+            )
+        )
     cron = app_settings.PRUNE_SCHEDULE
     if cron is not None:
         try:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from django.conf import settings
-from django.db import models
+from django.db import connections, models
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 from django.utils.translation import gettext_lazy as _
 
 from scheduler_app import clock
@@ -14,6 +15,15 @@ from scheduler_app.database_clock import DatabaseNow
 
 #: How the unique key of a job a schedule enqueued begins (schedules.enqueuer.occurrence_key).
 OCCURRENCE_KEY_PREFIX = "schedule:"
+#: The partition key of partitioned job history (scheduler_app.partitions): 'infinity' for
+#: every job that has not ended through the worker's finish (which sets in_history), its
+#: finish time for one that has. The claim and the batched finish (migration 0032) repeat it.
+HISTORY_KEY = (
+    "(CASE WHEN in_history AND status IN ('succeeded', 'failed', 'cancelled')"
+    " THEN COALESCE(finished_at, created_at) ELSE 'infinity'::timestamptz END)"
+)
+#: True of every pending and running job: the rows of the hot partition.
+IN_HOT_PARTITION = "%s >= 'infinity'::timestamptz" % HISTORY_KEY
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -36,6 +46,7 @@ class JobQuerySet(models.QuerySet["Job"]):
         """
         return (
             self.pending()
+            .hot()
             .filter(queue__in=queues, lease_expires_at__isnull=True)
             .exclude(task_name__in=paused_tasks)
             .order_by("run_at")
@@ -43,7 +54,17 @@ class JobQuerySet(models.QuerySet["Job"]):
 
     def running(self) -> JobQuerySet:
         """Return jobs claimed by a worker."""
-        return self.filter(status=Job.Status.RUNNING)
+        return self.filter(status=Job.Status.RUNNING).hot()
+
+    def hot(self) -> JobQuerySet:
+        """Return these jobs, on PostgreSQL with a condition every pending and running job
+        meets, IN_HOT_PARTITION: on a partitioned job table (scheduler_app.partitions) it
+        names the partition key, and the planner reads only the hot partition instead of
+        every history partition's indexes. For queries of the job table alone (the
+        condition names its columns unqualified)."""
+        if connections[self.db].vendor != "postgresql":
+            return self
+        return self.filter(RawSQL(IN_HOT_PARTITION, (), output_field=models.BooleanField()))
 
     def expired_leases(self, now: dt.datetime | None = None) -> JobQuerySet:
         """Return running jobs whose lease expired by the database's clock (or ``now``)."""

@@ -1,4 +1,4 @@
-"""System checks of the metrics and retention settings: E050-E056, W050."""
+"""System checks of the metrics and retention settings: E050-E057, W050."""
 
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ def test_the_defaults_pass():
         ({"PRUNE_SCHEDULE": "every night"}, "scheduler_app.E056"),
         ({"PRUNE_SCHEDULE": "61 3 * * *"}, "scheduler_app.E056"),
         ({"PRUNE_SCHEDULE": 3}, "scheduler_app.E056"),
+        ({"PARTITIONED_HISTORY": "yes"}, "scheduler_app.E057"),
+        ({"PARTITIONED_HISTORY": 1}, "scheduler_app.E057"),
     ],
 )
 def test_each_bad_value_gets_its_id(changes, expected):
@@ -55,6 +57,7 @@ def test_each_bad_value_gets_its_id(changes, expected):
         {"METRICS_TOKEN": "s3cret", "METRICS_CACHE_SECONDS": 0, "METRICS_MAX_BATCHES": 0},
         {"RETENTION_JOBS_DAYS": None, "RETENTION_ALERTS_DAYS": 0.5},
         {"PRUNE_SCHEDULE": None},
+        {"PARTITIONED_HISTORY": False},
     ],
 )
 def test_good_values_pass(changes):

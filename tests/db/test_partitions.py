@@ -5,6 +5,7 @@ interval, read by the ORM like any job, and dropped whole by retention."""
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -32,14 +33,37 @@ def revert() -> None:
 
 @pytest.fixture
 def partitioned(transactional_db):
-    if partitions.is_partitioned():  # SCHEDULER_TEST_PARTITIONED=1 (tests/conftest.py)
+    if partitions.is_partitioned():  # as migrate leaves a new install (migration 0033)
         yield
         return
-    partitions.convert()
+    partitions.convert()  # SCHEDULER_TEST_PLAIN_JOB_TABLE=1 (tests/settings.py)
     try:
         yield
     finally:
         revert()
+
+
+@pytest.fixture
+def plain(transactional_db):
+    """The job table as one table, as an install that holds rows has it before the
+    conversion; afterwards as migrate left it, partitioned or not."""
+    was_partitioned = partitions.is_partitioned()
+    if was_partitioned:
+        revert()
+    try:
+        yield
+    finally:
+        if was_partitioned:
+            partitions.convert()
+        elif partitions.is_partitioned():
+            revert()
+
+
+def migrate_a_new_install() -> None:
+    """Run what migration 0033 runs, on the test database."""
+    migration = importlib.import_module("scheduler_app.migrations.0033_partition_new_installs")
+    with connection.schema_editor(atomic=False) as editor:
+        migration.partition_new_install(None, editor)
 
 
 def where(job_id: int) -> str:
@@ -65,29 +89,48 @@ def finished(finished_at: dt.datetime, *, in_history: bool = True, **fields) -> 
 
 
 @pytest.mark.postgres_only
-@pytest.mark.django_db(transaction=True)
-def test_converting_keeps_every_job_where_it_was_and_ids_go_on():
-    if partitions.is_partitioned():
-        pytest.skip("the test database is partitioned already (SCHEDULER_TEST_PARTITIONED=1)")
+@pytest.mark.django_db
+def test_migrate_partitions_the_job_table_of_a_new_install():
+    # The test database is a new install: migrate ran 0033 on an empty table. .ci/run's
+    # plain-table step sets PARTITIONED_HISTORY to False (SCHEDULER_TEST_PLAIN_JOB_TABLE=1).
+    assert partitions.is_partitioned() is partitions.app_settings.PARTITIONED_HISTORY
+
+
+@pytest.mark.postgres_only
+def test_migrate_leaves_a_job_table_with_rows_or_partitioned_history_off_as_one_table(plain):
+    job = schedule("tests.noop")
+    migrate_a_new_install()
+    assert not partitions.is_partitioned()  # an existing install: scheduler_partition's work
+
+    job.delete()
+    with override_settings(SCHEDULER_APP={"PARTITIONED_HISTORY": False}):
+        migrate_a_new_install()
+    assert not partitions.is_partitioned()
+
+    with override_settings(SCHEDULER_APP={"PARTITIONED_HISTORY": True}):
+        migrate_a_new_install()
+    assert partitions.is_partitioned()
+    assert where(schedule("tests.noop").pk) == partitions.HOT
+
+
+@pytest.mark.postgres_only
+def test_converting_keeps_every_job_where_it_was_and_ids_go_on(plain):
     pending = schedule("tests.noop", unique_key="k", delay=3600)
     done = finished(NOW - DAY, in_history=False)
     with running_worker():  # its finish, before the conversion, keeps the row hot
         ran = wait_for_status(schedule("tests.noop"), Status.SUCCEEDED)
     assert not ran.in_history
-    try:
-        made = partitions.convert()
+    made = partitions.convert()
 
-        assert partitions.is_partitioned()
-        assert len(made) == partitions.app_settings.HISTORY_PARTITIONS_AHEAD + 1
-        assert {where(pending.pk), where(done.pk), where(ran.pk)} == {partitions.HOT}
-        assert Job.objects.get(pk=done.pk).status == Status.SUCCEEDED
-        later = schedule("tests.noop")
-        assert later.pk > done.pk
-        # The unique key of unfinished jobs holds in the hot partition.
-        assert schedule("tests.noop", unique_key="k", delay=3600).pk == pending.pk
-        assert partitions.convert() == []  # again: nothing to do
-    finally:
-        revert()
+    assert partitions.is_partitioned()
+    assert len(made) == partitions.app_settings.HISTORY_PARTITIONS_AHEAD + 1
+    assert {where(pending.pk), where(done.pk), where(ran.pk)} == {partitions.HOT}
+    assert Job.objects.get(pk=done.pk).status == Status.SUCCEEDED
+    later = schedule("tests.noop")
+    assert later.pk > done.pk
+    # The unique key of unfinished jobs holds in the hot partition.
+    assert schedule("tests.noop", unique_key="k", delay=3600).pk == pending.pk
+    assert partitions.convert() == []  # again: nothing to do
 
 
 @pytest.mark.postgres_only
@@ -191,10 +234,7 @@ def test_the_claim_and_the_finish_read_only_the_hot_partition(partitioned):
 
 
 @pytest.mark.postgres_only
-@pytest.mark.django_db
-def test_the_command_says_what_it_would_do_and_changes_nothing_in_a_dry_run(capsys):
-    if partitions.is_partitioned():
-        pytest.skip("the test database is partitioned already (SCHEDULER_TEST_PARTITIONED=1)")
+def test_the_command_says_what_it_would_do_and_changes_nothing_in_a_dry_run(plain, capsys):
     call_command("scheduler_partition", "--dry-run")
 
     assert "Would partition the job table" in capsys.readouterr().out

@@ -21,7 +21,7 @@ from scheduler_app.db.postgresql.statements import (
     reused_cursor,
 )
 from scheduler_app.models import Job, JobAttempt
-from scheduler_app.partitions import HISTORY_KEY
+from scheduler_app.models.jobs import IN_HOT_PARTITION
 
 JOB = Job._meta.db_table
 ATTEMPT = JobAttempt._meta.db_table
@@ -226,7 +226,7 @@ SET lease_token = {JOB}.lease_token + 1, worker_id = %(worker)s,
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS delivered (id, token)
 WHERE {JOB}.id = ANY(%(ids)s::bigint[]) AND {JOB}.id = delivered.id
   AND {JOB}.lease_token = delivered.token AND ({JOB}.status = 'running') IS TRUE
-  AND {HISTORY_KEY} = 'infinity'
+  AND {IN_HOT_PARTITION}
 RETURNING {JOB}.id, task_name, payload::text, payload_version, attempts, max_attempts,
           scheduled_for, run_at, unique_key, {JOB}.lease_token, retry_later_deadline,
           started_at, queue
@@ -236,8 +236,8 @@ executor's published -> started): of two deliveries of one message only one matc
 Returns CLAIM's columns and the queue, for the jobs that matched. Rows are found by
 primary key and the status guard is written ``IS TRUE``, as in FINISH: written plainly,
 it matched the partial index of running jobs, and every start read every running job
-(a thousand waiting in the broker, and their dead index entries). HISTORY_KEY keeps it
-to the hot partition where the job table is partitioned (scheduler_app.partitions)."""
+(a thousand waiting in the broker, and their dead index entries). IN_HOT_PARTITION keeps
+it to the hot partition where the job table is partitioned (scheduler_app.partitions)."""
 
 
 def start_jobs(

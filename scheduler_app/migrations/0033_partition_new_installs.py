@@ -1,0 +1,36 @@
+from django.db import migrations
+
+# A new install's job table is partitioned here, while it is empty (scheduler_app.partitions;
+# PARTITIONED_HISTORY, default True): no row to check or move, and the table's lock is
+# held for milliseconds. A table that holds rows (an existing install) is left as it is:
+# converting it takes `manage.py scheduler_partition`, online, whenever its operators
+# choose. SQLite keeps one table. Not reversed: the table stays partitioned, which the
+# migrations before this one read and write like one table.
+
+
+def partition_new_install(apps, schema_editor):
+    from scheduler_app import database, partitions
+    from scheduler_app.conf import app_settings
+
+    connection = schema_editor.connection
+    if (
+        connection.vendor != "postgresql"
+        or connection.alias != database.alias()
+        or not app_settings.PARTITIONED_HISTORY
+        or partitions.is_partitioned()
+    ):
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM %s)" % partitions.JOB)
+        if cursor.fetchone()[0]:
+            return
+    partitions.convert()
+
+
+class Migration(migrations.Migration):
+    # convert() runs its own short transactions, each with a lock timeout.
+    atomic = False
+
+    dependencies = [("scheduler_app", "0032_partitioned_history")]
+
+    operations = [migrations.RunPython(partition_new_install, migrations.RunPython.noop)]
