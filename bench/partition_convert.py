@@ -13,8 +13,11 @@ stores BENCH_FINISHED (1000000) jobs that finished in the last day and BENCH_PEN
 validation reads the table; the swap reads nothing) and ``partitions.move_history()``
 (PRUNE_BATCH_SIZE jobs a transaction, into one-day partitions), while a thread claims and
 finishes CONCURRENCY jobs at a time, recording each turn's time. For comparison it then
-deletes BENCH_COMPARE (100000) of the moved jobs with the prune's statement, batch by batch.
-The last stdout line is ``convert_s=<n> move_jobs_s=<n> delete_jobs_s=<n>``.
+deletes BENCH_COMPARE (100000) of the moved jobs with the prune's statement, batch by batch,
+and prunes once with the oldest partition past the cutoff (``retention.prune()``: the
+count for its audit, what the alert rules remember, the drop), taking both their CPU time
+(this process and its PostgreSQL backend) per job. The last stdout line is
+``convert_s=<n> move_jobs_s=<n> delete_jobs_s=<n> delete_us_per_job=<n> drop_us_per_job=<n>``.
 
 Environment: BENCH_FINISHED, BENCH_PENDING, BENCH_COMPARE, BENCH_DATABASE_URL,
 BENCH_RESULTS (default bench/results-prune.md), BENCH_REVISION.
@@ -26,6 +29,7 @@ import datetime as dt
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import (
@@ -35,6 +39,7 @@ from harness import (
     machine_description,
     machine_line,
     migrate,
+    process_cpu,
     recreate_database,
     setup_django,
 )
@@ -84,6 +89,18 @@ class Claimer(threading.Thread):
         return turns[int(len(turns) * 0.99)] * 1000 if turns else 0.0
 
 
+def cpu_meter() -> Callable[[], float]:
+    """Start measuring; return a function that gives the CPU seconds since, of this thread
+    and of its connection's PostgreSQL backend."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    start = process_cpu(backend) + time.thread_time()
+    return lambda: process_cpu(backend) + time.thread_time() - start
+
+
 def main() -> None:
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
     recreate_database(url)
@@ -93,7 +110,9 @@ def main() -> None:
     setup_django(url)
     migrate()
     from scheduler_app import partitions
+    from scheduler_app.conf import app_settings
     from scheduler_app.db.postgresql import prune_finished_jobs
+    from scheduler_app.retention import PARTITIONED_JOBS, prune
 
     machine = machine_description(
         ("autovacuum", "shared_buffers"), os.environ.get("BENCH_REVISION", "")
@@ -120,6 +139,7 @@ def main() -> None:
 
     compare = env_int("BENCH_COMPARE", 100_000)
     target = max(partitions.history_partitions(), key=lambda partition: partition.rows()).name
+    cpu = cpu_meter()
     deleted, began = 0, time.perf_counter()
     future = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
     while deleted < compare:
@@ -130,13 +150,22 @@ def main() -> None:
             break
         deleted += removed
     delete_s = time.perf_counter() - began
+    delete_cpu = cpu()
     claimer.stopping.set()
     claimer.join()
 
-    final = "convert_s=%.2f move_jobs_s=%.0f delete_jobs_s=%.0f" % (
-        convert_s,
-        moved / move_s,
-        deleted / delete_s,
+    # One prune with the oldest partition that holds jobs past the jobs' cutoff.
+    oldest = next(p for p in partitions.history_partitions() if p.rows())
+    cpu = cpu_meter()
+    began = time.perf_counter()
+    run = prune(oldest.end + dt.timedelta(days=app_settings.RETENTION_JOBS_DAYS))
+    drop_s, drop_cpu = time.perf_counter() - began, cpu()
+    dropped = run.counts[PARTITIONED_JOBS]
+
+    delete_us, drop_us = delete_cpu * 1e6 / deleted, drop_cpu * 1e6 / dropped
+    final = (
+        "convert_s=%.2f move_jobs_s=%.0f delete_jobs_s=%.0f delete_us_per_job=%.2f "
+        "drop_us_per_job=%.3f" % (convert_s, moved / move_s, deleted / delete_s, delete_us, drop_us)
     )
     section = (
         "\n## %s — bench/partition_convert.py finished=%s\n\n%s\n\n"
@@ -145,7 +174,10 @@ def main() -> None:
         "| `convert()` (CHECK validated, then the swap) | **%.2f s** |\n"
         "| `move_history()`: %s finished jobs into day partitions, 1000 a transaction "
         "| **%.0f jobs/s** (%.1f s) |\n"
-        "| for comparison: the prune's DELETE, %s of those jobs, 1000 a statement | %.0f jobs/s |\n"
+        "| for comparison: the prune's DELETE, %s of those jobs, 1000 a statement | %.0f jobs/s "
+        "(CPU %.2f µs a job) |\n"
+        "| a prune that drops a partition of %s jobs (count, alert memory, drop): wall, CPU "
+        "| %.0f ms, **%.3f µs a job** (%.0fx less than the DELETE) |\n"
         "| claimer's turn p99 (finish + claim, paced every 5 ms): before / during convert "
         "/ during the move | %.1f / %.1f / %.1f ms |\n"
         "\nFinal line: `%s`\n"
@@ -160,6 +192,11 @@ def main() -> None:
             move_s,
             deleted,
             deleted / delete_s,
+            delete_us,
+            dropped,
+            drop_s * 1000,
+            drop_us,
+            delete_us / drop_us,
             baseline,
             during_convert,
             during_move,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from django.db.models import Max, Min, Q
+from django.db.models import Q
 
 from scheduler_app import database
 from scheduler_app.alerts.targets import task_targets
@@ -21,31 +21,47 @@ def remember_pruned(
     jobs_cutoff: dt.datetime | None, occurrences_cutoff: dt.datetime | None
 ) -> None:
     """Record the successes and history that pruning jobs finished before ``jobs_cutoff`` and
-    occurrences before ``occurrences_cutoff`` takes away (None: that kind is kept)."""
+    occurrences before ``occurrences_cutoff`` takes away (None: that kind is kept).
+
+    A task's memory is what the rules read of it: its latest success and first finish
+    (the absent rule, for a task with ``expected_every``) and its latest results (the
+    zero-runs rule). It is kept for the tasks whose targets (``task_targets``) those
+    rules read, each with a few look-ups of the index of a task's finished jobs, so the
+    cost does not grow with the jobs that go (a partition of millions, dropped whole).
+    """
     if jobs_cutoff is None and occurrences_cutoff is None:
         return
     _remember_schedules(jobs_cutoff, occurrences_cutoff)
     if jobs_cutoff is None:
         return
-    pruned = Job.objects.filter(
-        status__in=[Job.Status.SUCCEEDED, Job.Status.FAILED], finished_at__lt=jobs_cutoff
-    )
-    rows = pruned.values("task_name").annotate(
-        last_success=Max("finished_at", filter=Q(status=Job.Status.SUCCEEDED)),
-        first_finished=Min("finished_at"),
-    )
+    pruned = Job.objects.filter(finished_at__lt=jobs_cutoff)
     targets = task_targets(list(Schedule.objects.filter(enabled=True)))
-    for row in rows.order_by("task_name"):
-        name = row["task_name"]
-        wanted = targets.get(name)
-        runs = wanted.zero_runs_alert if wanted and wanted.count_key else None
+    for name, wanted in sorted(targets.items()):
+        runs = wanted.zero_runs_alert if wanted.count_key else None
+        if not (wanted.expected_every or runs):
+            continue  # neither the absent nor the zero-runs rule reads its memory
+        jobs = pruned.filter(task_name=name)
+        last_success = _first_finish(jobs, Job.Status.SUCCEEDED, latest=True)
+        finishes = [
+            _first_finish(jobs, status) for status in (Job.Status.SUCCEEDED, Job.Status.FAILED)
+        ]
+        first_finished = min((at for at in finishes if at is not None), default=None)
+        if first_finished is None:
+            continue  # none of its jobs goes
         _merge(
             "task:%s" % name,
-            last_success=(row["last_success"], None) if row["last_success"] else None,
-            first_finished=row["first_finished"],
+            last_success=(last_success, None) if last_success else None,
+            first_finished=first_finished,
             results=_latest_results(pruned, name, runs, wanted.count_key) if runs else [],
             keep=runs or 0,
         )
+
+
+def _first_finish(jobs: Any, status: str, *, latest: bool = False) -> dt.datetime | None:
+    """Return the earliest (or ``latest``) finish time of ``jobs`` in ``status``: one entry
+    of the index of a task's finished jobs (scheduler_job_task_ends)."""
+    ordered = jobs.filter(status=status).order_by("-finished_at" if latest else "finished_at")
+    return ordered.values_list("finished_at", flat=True).first()
 
 
 def _remember_schedules(jobs_cutoff: dt.datetime | None, occurrences_cutoff: dt.datetime | None):

@@ -9,12 +9,16 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from scheduler_app.alerts.evaluator import evaluate
+from scheduler_app.alerts.memory import remember_pruned
 from scheduler_app.clock import frozen_clock
-from scheduler_app.models import Alert, Job, Schedule, ScheduleOccurrence
+from scheduler_app.models import Alert, AlertMemory, Job, Schedule, ScheduleOccurrence
 from scheduler_app.retention import prune
 from tests.alerts.helpers import COUNTED, HOURLY, T0, job, open_alerts
+from tests.helpers import reads_of
 
 Kind = Alert.Kind
 pytestmark = pytest.mark.django_db
@@ -72,3 +76,34 @@ def test_zero_runs_alert_counts_the_pruned_successes_of_a_weekly_task():
         evaluate()
         alert = open_alerts(Kind.SUSPICIOUS_SUCCESS)["task:%s" % COUNTED]
         assert alert.numbers == {"zero_runs": 2, "count_key": "processed"}
+
+
+@pytest.mark.postgres_only
+def test_remembering_what_a_prune_takes_reads_a_few_index_entries_not_every_job_that_goes():
+    """Before: one aggregate over every job that goes (a whole partition, on a partitioned
+    job table), so retention cost as much per job as deleting them one by one."""
+    going = [
+        Job(
+            task_name=task,
+            status=Job.Status.SUCCEEDED,
+            scheduled_for=T0 - 40 * DAY,
+            run_at=T0 - 40 * DAY,
+            finished_at=T0 - 40 * DAY + dt.timedelta(seconds=n),
+            attempts=1,
+            result={"processed": 1},
+        )
+        for n in range(300)
+        for task in (HOURLY, COUNTED, "tests.unknown")
+    ]
+    Job.objects.bulk_create(going)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scheduler_app_job")
+
+    with frozen_clock(T0), CaptureQueriesContext(connection) as queries:
+        remember_pruned(T0 - 30 * DAY, None)
+
+    reads = reads_of(queries.captured_queries, "scheduler_app_job")
+    assert reads and reads[0][0] < 50, reads
+    remembered = AlertMemory.objects.get(subject="task:%s" % HOURLY)
+    assert remembered.last_success_at == T0 - 40 * DAY + dt.timedelta(seconds=299)
+    assert remembered.first_finished_at == T0 - 40 * DAY
