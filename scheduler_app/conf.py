@@ -448,9 +448,9 @@ DESCRIPTIONS: dict[str, str] = {
         "`None` switches it off."
     ),
     "PARTITIONED_HISTORY": (
-        "On PostgreSQL, whether `migrate` partitions a new install's job table (migration "
-        "0033, while the table is still empty), so that retention drops finished jobs by "
-        "whole partitions. An install whose job table holds rows keeps one table until "
+        "On PostgreSQL, whether `migrate` partitions the job table while it is empty (a "
+        "new install; migration 0033), so that retention drops finished jobs by whole "
+        "partitions. An install whose job table holds rows keeps one table until "
         "`scheduler_partition` converts it online. `False` keeps one table; SQLite always "
         "does."
     ),

@@ -158,6 +158,34 @@ def convert() -> list[Partition]:
     return ensure_partitions()
 
 
+def revert() -> None:
+    """Put a partitioned job table back as one table, its history kept (migration 0033's
+    reverse, so that migrating further back finds the table the migrations before made).
+
+    In one transaction: every history job is moved back into the hot partition (by
+    clearing ``in_history``), which is then detached, renamed to the job table and
+    freed of its CHECK, and the partitioned table is dropped with its empty partitions.
+    It locks the job table while the history moves: an operator's step, not a deploy's.
+    Does nothing if the table is not partitioned.
+    """
+    if not is_partitioned():
+        return
+    _locked(
+        # A moved row is inserted again: its foreign keys' deferred checks would be left
+        # pending, and a table with pending trigger events cannot be altered.
+        "SET CONSTRAINTS ALL IMMEDIATE",
+        "UPDATE {job} SET in_history = false WHERE in_history",
+        "ALTER TABLE {job} DETACH PARTITION {hot}",
+        "DROP TABLE {job}",
+        "ALTER TABLE {hot} RENAME TO {job}",
+        "ALTER TABLE {job} DROP CONSTRAINT {check}",
+        job=JOB,
+        hot=HOT,
+        check=HOT_CHECK,
+    )
+    logger.info("partitioned table put back as one table=%s", JOB)
+
+
 def _like_hot(table: str) -> list[str]:
     """Return the statements that make ``table`` a copy of the hot partition's columns,
     constraints and indexes, but its CHECK: the indexes the reads of finished jobs use,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 
+import psycopg
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
@@ -15,32 +16,30 @@ from django.test import override_settings
 from scheduler_app import partitions, schedule
 from scheduler_app.models import Job, JobAttempt, PruneRun, Schedule, ScheduleOccurrence
 from scheduler_app.retention import PARTITIONED_JOBS, prune
-from tests.helpers import running_worker, wait_for_status
+from tests.helpers import migrate_database, running_worker, scratch_database, wait_for_status
 
 Status = Job.Status
 NOW = dt.datetime.now(dt.UTC)
 DAY = dt.timedelta(days=1)
 
 
-def revert() -> None:
-    """Put the test database's job table back as one table (its history rows are lost)."""
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE scheduler_app_job DETACH PARTITION scheduler_app_job_hot")
-        cursor.execute("DROP TABLE scheduler_app_job")
-        cursor.execute("ALTER TABLE scheduler_app_job_hot RENAME TO scheduler_app_job")
-        cursor.execute("ALTER TABLE scheduler_app_job DROP CONSTRAINT scheduler_job_hot")
-
-
 @pytest.fixture
 def partitioned(transactional_db):
-    if partitions.is_partitioned():  # as migrate leaves a new install (migration 0033)
+    """A partitioned job table, as migrate leaves a new install (migration 0033), or as
+    the conversion makes it (SCHEDULER_TEST_PLAIN_JOB_TABLE=1); afterwards as found:
+    the history partitions a test made are dropped."""
+    if partitions.is_partitioned():
+        found = {partition.name for partition in partitions.history_partitions()}
         yield
+        for partition in partitions.history_partitions():
+            if partition.name not in found:
+                partitions.drop(partition)
         return
-    partitions.convert()  # SCHEDULER_TEST_PLAIN_JOB_TABLE=1 (tests/settings.py)
+    partitions.convert()
     try:
         yield
     finally:
-        revert()
+        partitions.revert()
 
 
 @pytest.fixture
@@ -48,22 +47,23 @@ def plain(transactional_db):
     """The job table as one table, as an install that holds rows has it before the
     conversion; afterwards as migrate left it, partitioned or not."""
     was_partitioned = partitions.is_partitioned()
-    if was_partitioned:
-        revert()
+    partitions.revert()
     try:
         yield
     finally:
         if was_partitioned:
             partitions.convert()
-        elif partitions.is_partitioned():
-            revert()
+        else:
+            partitions.revert()
+
+
+MIGRATION = importlib.import_module("scheduler_app.migrations.0033_partition_new_installs")
 
 
 def migrate_a_new_install() -> None:
     """Run what migration 0033 runs, on the test database."""
-    migration = importlib.import_module("scheduler_app.migrations.0033_partition_new_installs")
     with connection.schema_editor(atomic=False) as editor:
-        migration.partition_new_install(None, editor)
+        MIGRATION.partition_new_install(None, editor)
 
 
 def where(job_id: int) -> str:
@@ -114,6 +114,47 @@ def test_migrate_leaves_a_job_table_with_rows_or_partitioned_history_off_as_one_
 
 
 @pytest.mark.postgres_only
+@pytest.mark.django_db
+def test_migrating_back_past_0032_puts_the_job_table_back_as_one_table_with_its_history(
+    monkeypatch,
+):
+    monkeypatch.delenv("SCHEDULER_TEST_PLAIN_JOB_TABLE", raising=False)  # a new install
+
+    def state(url: str) -> tuple[bool, list[int], bool]:
+        """(partitioned, the jobs' ids, whether attempts have their foreign key)."""
+        with psycopg.connect(url) as db:
+            return (
+                db.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table "
+                    "WHERE partrelid = 'scheduler_app_job'::regclass)"
+                ).fetchone()[0],
+                [row[0] for row in db.execute("SELECT id FROM scheduler_app_job")],
+                db.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE contype = 'f' "
+                    "AND conrelid = 'scheduler_app_jobattempt'::regclass)"
+                ).fetchone()[0],
+            )
+
+    with scratch_database("partitions") as url:
+        migrate_database(url, "scheduler_app")
+        with psycopg.connect(url) as db:  # a job the worker's finish put in history
+            (job_id,) = db.execute(
+                "INSERT INTO scheduler_app_job (task_name, queue, priority, payload, "
+                "payload_version, status, scheduled_for, run_at, attempts, max_attempts, "
+                "worker_id, lease_token, last_error, created_at, finished_at, in_history) "
+                "VALUES ('tests.noop', 'default', 0, '{}', 1, 'succeeded', now(), now(), 1, "
+                "1, '', 1, '', now(), now(), true) RETURNING id"
+            ).fetchone()
+        assert state(url) == (True, [job_id], False)
+
+        migrate_database(url, "scheduler_app", "0031")
+        assert state(url) == (False, [job_id], True)
+
+        migrate_database(url, "scheduler_app")  # it holds a job: scheduler_partition's work
+        assert state(url) == (False, [job_id], False)
+
+
+@pytest.mark.postgres_only
 def test_converting_keeps_every_job_where_it_was_and_ids_go_on(plain):
     pending = schedule("tests.noop", unique_key="k", delay=3600)
     done = finished(NOW - DAY, in_history=False)
@@ -141,9 +182,12 @@ def test_a_job_the_worker_finishes_moves_into_its_intervals_partition(partitione
         stored = wait_for_status(job, Status.SUCCEEDED)
 
     assert stored.in_history
-    start = partitions.history_partitions()[0]
-    assert start.start <= stored.finished_at < start.end
-    assert where(job.pk) == start.name.lower()
+    (home,) = [
+        partition
+        for partition in partitions.history_partitions()
+        if partition.start <= stored.finished_at < partition.end
+    ]
+    assert where(job.pk) == home.name.lower()
     # Read like any job: by id, in the history the admin and the API show.
     assert [attempt.outcome for attempt in stored.attempt_history()] == ["succeeded"]
     assert Job.objects.finished().filter(pk=job.pk).exists()
