@@ -10,19 +10,25 @@ from django.db import migrations
 # add constraints and reset storage parameters that a partitioned table cannot take.
 
 
-def partition_new_install(apps, schema_editor):
-    from scheduler_app import database, partitions
-    from scheduler_app.conf import app_settings
+def on_the_scheduler_database(schema_editor):
+    """Return whether this migrate runs on PostgreSQL, on scheduler_app's database."""
+    from scheduler_app import database
 
     connection = schema_editor.connection
+    return connection.vendor == "postgresql" and connection.alias == database.alias()
+
+
+def partition_new_install(apps, schema_editor):
+    from scheduler_app import partitions
+    from scheduler_app.conf import app_settings
+
     if (
-        connection.vendor != "postgresql"
-        or connection.alias != database.alias()
+        not on_the_scheduler_database(schema_editor)
         or not app_settings.PARTITIONED_HISTORY
         or partitions.is_partitioned()
     ):
         return
-    with connection.cursor() as cursor:
+    with schema_editor.connection.cursor() as cursor:
         cursor.execute("SELECT EXISTS (SELECT 1 FROM %s)" % partitions.JOB)
         if cursor.fetchone()[0]:
             return
@@ -30,10 +36,9 @@ def partition_new_install(apps, schema_editor):
 
 
 def put_back_as_one_table(apps, schema_editor):
-    from scheduler_app import database, partitions
+    from scheduler_app import partitions
 
-    connection = schema_editor.connection
-    if connection.vendor == "postgresql" and connection.alias == database.alias():
+    if on_the_scheduler_database(schema_editor):
         partitions.revert()
 
 
