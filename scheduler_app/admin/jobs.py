@@ -8,14 +8,14 @@ import threading
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db import IntegrityError
+from django.db import IntegrityError, OperationalError
 from django.db.models import F, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
-from scheduler_app import clock, database
+from scheduler_app import clock, database, partitions
 from scheduler_app.admin.base import SchedulerModelAdmin
 from scheduler_app.admin.display import paused_banner, report_counts, seconds
 from scheduler_app.admin.filters import QueueFilter, TaskNameFilter
@@ -349,19 +349,9 @@ class JobAdmin(SchedulerModelAdmin):
         counts: collections.Counter[str] = collections.Counter()
         retried_pks = []
         for pk in queryset.values_list("pk", flat=True):
-            try:
-                with database.atomic():
-                    retried = Job.objects.filter(pk=pk, status=Job.Status.FAILED).update(
-                        status=Job.Status.PENDING,
-                        run_at=clock.now(),
-                        finished_at=None,
-                        max_attempts=F("attempts") + 1,
-                    )
-            except IntegrityError:  # another unfinished job holds its unique key
-                counts["key_taken"] += 1
-                continue
-            counts["retried" if retried else "skipped"] += 1
-            if retried:
+            outcome = _retry(pk)
+            counts[outcome] += 1
+            if outcome == "retried":
                 retried_pks.append(pk)
         self.log_changes(request, retried_pks, "Retried: one more attempt.")
         report_counts(
@@ -388,3 +378,26 @@ class JobAdmin(SchedulerModelAdmin):
                 ),
             },
         )
+
+
+def _retry(pk: int) -> str:
+    """Give failed job ``pk`` one more attempt now; return "retried", "skipped" (it had not
+    failed) or "key_taken" (another unfinished job holds its unique key)."""
+    tries = 1
+    while True:
+        try:
+            with database.atomic():
+                retried = Job.objects.filter(pk=pk, status=Job.Status.FAILED).update(
+                    status=Job.Status.PENDING,
+                    run_at=clock.now(),
+                    finished_at=None,
+                    max_attempts=F("attempts") + 1,
+                )
+        except IntegrityError:
+            return "key_taken"
+        except OperationalError as exc:
+            if not partitions.moved_meanwhile(exc) or tries == 3:
+                raise
+            tries += 1  # a prune moved it into history while the UPDATE waited: again
+            continue
+        return "retried" if retried else "skipped"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 
+import psycopg
 import pytest
 
-from scheduler_app import schedule
+from scheduler_app import partitions, schedule
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import Job, JobAttempt
 from tests.admin.conftest import (
@@ -19,6 +21,7 @@ from tests.admin.conftest import (
     post_action,
     snapshot,
 )
+from tests.helpers import database_url, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -154,6 +157,39 @@ def test_retry_reports_retried_and_key_taken_jobs_separately(admin, make_job):
     ]
     assert Job.objects.get(pk=free.pk).status == Job.Status.PENDING
     assert Job.objects.get(pk=taken.pk).status == Job.Status.FAILED
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_retry_of_a_failed_job_a_prune_moves_into_history_meanwhile_retries_it(admin, make_job):
+    """Before: the UPDATE that waited for the prune's move failed with SQLSTATE 40001
+    ("tuple ... moved to another partition"), a 500."""
+    if not partitions.is_partitioned():
+        pytest.skip("the job table is one table: no row moves between partitions")
+    job = make_job(Job.Status.FAILED)
+    # A prune's move of the job into history (retention.History), not committed yet.
+    with psycopg.connect(database_url().replace("postgres://", "postgresql://")) as prune:
+        prune.execute("UPDATE scheduler_app_job SET in_history = true WHERE id = %s", [job.pk])
+        committer = threading.Thread(target=commit_once_waited_for, args=(prune,))
+        committer.start()
+        response = post_action(admin, "job", "retry_failed", [job])
+        committer.join()
+
+    assert messages_of(response) == [("success", "1 failed job will be retried.")]
+    assert Job.objects.get(pk=job.pk).status == Job.Status.PENDING
+
+
+def commit_once_waited_for(holder: psycopg.Connection) -> None:
+    """Commit ``holder``'s transaction once another waits for a lock it holds."""
+    with psycopg.connect(database_url().replace("postgres://", "postgresql://")) as watcher:
+        wait_until(
+            lambda: watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                [holder.info.backend_pid],
+            ).fetchone()[0],
+            message="a statement waiting for the prune's row",
+        )
+    holder.commit()
 
 
 def test_job_list_shows_lateness_and_filters_late_and_overdue_jobs(admin, make_job):
