@@ -9,11 +9,14 @@ Run from the repository root, alone on the machine::
 Each mode runs in turn on a database of its own (``<name>_delete``, ``<name>_partitions``
 for BENCH_DATABASE_URL's ``<name>``, default ``bench_retention``). Jobs are scheduled due
 at BENCH_RATE (5000) a second for BENCH_SECONDS (600) and drained as runworker's loop
-does (``finish_and_claim``, CONCURRENCY at a time); every BENCH_PRUNE_INTERVAL (10) seconds
+does (``finish_and_claim``, CONCURRENCY at a time); every BENCH_PRUNE_INTERVAL (60) seconds
 a second thread runs ``retention.prune(now)`` with a retention of BENCH_RETENTION_SECONDS
 (60) for jobs and none for the other kinds, then VACUUMs the table the claim reads (the
-whole job table, or the hot partition): the sandbox's PostgreSQL runs without autovacuum,
-and both modes get the same. The partitions are of one minute, three made ahead.
+whole job table, or the hot partition) and, with partitions, each history partition whose
+interval has ended, once: the sandbox's PostgreSQL runs without autovacuum, and these
+are the vacuums it would run (the partitions': after their inserts). The partitions are
+of one minute, three made ahead: time scaled down from the defaults (day partitions, a
+prune a day), one prune a partition interval.
 
 Per minute: jobs drained, the turn's p99 (finish and claim, one round trip), the job
 table's size with its indexes (all partitions), the hot partition's. Per mode: the
@@ -83,9 +86,10 @@ def sizes() -> tuple[float, float]:
 class Maintenance(threading.Thread):
     """Every ``interval`` seconds: prune as of now, then VACUUM the table the claim reads."""
 
-    def __init__(self, interval: float, hot_table: str) -> None:
+    def __init__(self, interval: float, hot_table: str, partitioned: bool) -> None:
         super().__init__(name="maintenance", daemon=True)
-        self.interval, self.hot_table = interval, hot_table
+        self.interval, self.hot_table, self.partitioned = interval, hot_table, partitioned
+        self.vacuumed: set[str] = set()
         self.stopping = threading.Event()
         self.removed = 0
         self.prune_cpu = self.prune_wall = self.vacuum_wall = 0.0
@@ -94,7 +98,7 @@ class Maintenance(threading.Thread):
     def run(self) -> None:
         from django.db import connection
 
-        from scheduler_app import clock
+        from scheduler_app import clock, partitions
         from scheduler_app.retention import PARTITIONED_JOBS, prune
 
         try:
@@ -108,8 +112,17 @@ class Maintenance(threading.Thread):
                 self.prune_cpu += process_cpu(backend) - cpu + time.thread_time() - thread
                 self.removed += run.counts.get("jobs", 0) + run.counts.get(PARTITIONED_JOBS, 0)
                 wall = time.perf_counter()
+                tables = [self.hot_table]
+                if self.partitioned:
+                    tables += [
+                        partition.name
+                        for partition in partitions.history_partitions()
+                        if partition.end <= clock.now() and partition.name not in self.vacuumed
+                    ]
+                    self.vacuumed.update(tables)
                 with connection.cursor() as cursor:
-                    cursor.execute("VACUUM %s" % self.hot_table)
+                    for table in tables:
+                        cursor.execute("VACUUM %s" % table)
                 self.vacuum_wall += time.perf_counter() - wall
         except BaseException as exc:  # reported by the drain
             self.error = exc
@@ -157,7 +170,9 @@ def drain(mode: str, url: str) -> None:
         "limit": app_settings.CONCURRENCY,
         "lease": LEASE,
     }
-    maintenance = Maintenance(env_int("BENCH_PRUNE_INTERVAL", 10), hot_table)
+    maintenance = Maintenance(
+        env_int("BENCH_PRUNE_INTERVAL", 60), hot_table, partitioned=mode == "partitions"
+    )
     maintenance.start()
     start = time.perf_counter()
     produced = done = 0
@@ -276,7 +291,7 @@ def main() -> None:
             env_int("BENCH_RATE", 5000),
             env_int("BENCH_SECONDS", 600),
             env_int("BENCH_RETENTION_SECONDS", 60),
-            env_int("BENCH_PRUNE_INTERVAL", 10),
+            env_int("BENCH_PRUNE_INTERVAL", 60),
             machine_line(machine),
             "\n".join(rows),
             summary,

@@ -19,9 +19,11 @@ its finish time for one that has (the worker's finish sets ``Job.in_history``):
 
 The ORM sees one table: every query of the admin, the API, the alerts and lateness, and
 Job.attempt_history(), reads all partitions. Jobs that end outside the worker's finish
-(cancelled before they ran, failed by the lease rescue) and every job finished before
-the conversion stay in the hot partition, and retention deletes them row by row, as on
-a table that is not partitioned. SQLite, and PostgreSQL until converted, keep one table.
+(cancelled before they ran, failed by the lease rescue) stay in the hot partition until
+the next prune run moves them into history (retention.History); jobs finished before
+the conversion stay there until ``scheduler_partition --move-history`` moves them, or
+retention deletes them row by row, as on a table that is not partitioned. SQLite, and
+PostgreSQL until converted, keep one table.
 Queries of pending or running jobs name IN_HOT_PARTITION (JobQuerySet.hot()) so that the
 planner reads the hot partition alone.
 """
@@ -74,6 +76,31 @@ class Partition:
         with connection.cursor() as cursor:
             cursor.execute("SELECT count(*) FROM %s" % self.name)
             return cursor.fetchone()[0]
+
+
+def jobs_in(expired: list[Partition]) -> int:
+    """Return how many jobs the partitions hold, from PostgreSQL's statistics of each
+    (``pg_class.reltuples``, which autovacuum keeps: exact after a VACUUM that read every
+    page once the interval ended, an estimate after an ANALYZE), counted for one that has
+    none yet (never vacuumed nor analyzed). Retention's audit figure for what a drop
+    removes: it does not read the rows, so a drop costs the same whatever it holds."""
+    jobs = 0
+    with connection.cursor() as cursor:
+        for partition in expired:
+            cursor.execute(
+                "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [partition.name]
+            )
+            estimate = cursor.fetchone()[0]
+            jobs += round(estimate) if estimate >= 0 else partition.rows()
+    return jobs
+
+
+def moved_meanwhile(exc: OperationalError) -> bool:
+    """Return whether ``exc`` is PostgreSQL's "tuple to be locked was already moved to
+    another partition due to concurrent update" (SQLSTATE 40001 under READ COMMITTED): the
+    row a statement waited for went into history (or back) meanwhile; the statement may
+    be run again, and then finds it where it is."""
+    return getattr(exc.__cause__, "sqlstate", None) == "40001"
 
 
 def is_partitioned() -> bool:
@@ -220,16 +247,22 @@ def _timestamp(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text).astimezone(dt.UTC)
 
 
-def ensure_partitions(now: dt.datetime | None = None) -> list[Partition]:
+def ensure_partitions(
+    now: dt.datetime | None = None, *, existing: list[Partition] | None = None
+) -> list[Partition]:
     """Make the partitions of the current interval and the next HISTORY_PARTITIONS_AHEAD
-    ones that are missing; return those made."""
+    ones that are missing; return those made. ``existing``: history_partitions(), if the
+    caller has read them."""
     start = _start_of(now or clock.now())
     return _make_partitions(
-        start + step * interval() for step in range(app_settings.HISTORY_PARTITIONS_AHEAD + 1)
+        (start + step * interval() for step in range(app_settings.HISTORY_PARTITIONS_AHEAD + 1)),
+        existing,
     )
 
 
-def _make_partitions(starts: Iterable[dt.datetime]) -> list[Partition]:
+def _make_partitions(
+    starts: Iterable[dt.datetime], existing: list[Partition] | None = None
+) -> list[Partition]:
     """Make the missing partitions of the intervals that begin at ``starts``; return them.
 
     Each is made as a table of its own, indexed while empty, then attached: attaching
@@ -238,10 +271,12 @@ def _make_partitions(starts: Iterable[dt.datetime]) -> list[Partition]:
     the overflow partition already gets none (attaching it would fail): retention
     deletes those rows one by one.
     """
-    existing = {partition.start for partition in history_partitions()}
+    if existing is None:
+        existing = history_partitions()
+    made_before = {partition.start for partition in existing}
     made = []
     for begin in starts:
-        if begin in existing:
+        if begin in made_before:
             continue
         partition = _partition(begin)
         bounds = [partition.start, partition.end]
@@ -298,10 +333,12 @@ _LEFT_BEHIND = (
 )
 
 
-def move_history(since: dt.datetime | None, *, batch_size: int) -> Iterator[int]:
+def move_history(
+    since: dt.datetime | None, *, batch_size: int, limit: int | None = None
+) -> Iterator[int]:
     """Move the finished jobs of the hot partition that finished at or after ``since``
-    into the partitions of their intervals, ``batch_size`` at a time, each batch its own
-    transaction; yield each batch's count.
+    (up to ``limit`` of them; None: all) into the partitions of their intervals,
+    ``batch_size`` at a time, each batch its own transaction; yield each batch's count.
 
     Makes the partitions of the intervals from ``since`` (or the earliest such job) on
     first. A batch locks only the rows it moves, skipping those a worker holds (SKIP
@@ -318,23 +355,21 @@ def move_history(since: dt.datetime | None, *, batch_size: int) -> Iterator[int]
     begin, current = _start_of(earliest), _start_of(clock.now())
     _make_partitions(begin + step * interval() for step in range((current - begin) // interval()))
     ensure_partitions()
-    while True:
+    left = limit
+    while left is None or left > 0:
         with database.atomic(), connection.cursor() as cursor:
             cursor.execute(
                 "UPDATE %s SET in_history = true WHERE %s = 'infinity' AND id IN "
                 "(SELECT id FROM %s WHERE %s LIMIT %%s FOR UPDATE SKIP LOCKED)"
                 % (JOB, HISTORY_KEY, HOT, _LEFT_BEHIND),
-                [since, since, batch_size],
+                [since, since, batch_size if left is None else min(batch_size, left)],
             )
             moved = cursor.rowcount
         if not moved:
             return
+        if left is not None:
+            left -= moved
         yield moved
-
-
-def expired(cutoff: dt.datetime) -> list[Partition]:
-    """Return the history partitions all of whose jobs finished before ``cutoff``."""
-    return [partition for partition in history_partitions() if partition.end <= cutoff]
 
 
 def drop(partition: Partition) -> bool:

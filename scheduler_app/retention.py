@@ -228,6 +228,9 @@ REPORTS = "dry_run_reports"
 SETTINGS = {kind.name: kind.setting for kind in KINDS} | {REPORTS: "RETENTION_DRY_RUN_REPORTS_DAYS"}
 #: The count of the finished jobs that went with whole history partitions.
 PARTITIONED_JOBS = "jobs_in_partitions"
+#: The count of the finished jobs a run moved from the hot partition into history
+#: partitions (those that ended outside the worker's finish): moved, not removed.
+MOVED_JOBS = "jobs_moved_to_history"
 
 
 def prune(
@@ -253,16 +256,16 @@ def prune(
     )
     cutoffs = cutoffs_for(reference_time)
     try:
-        if not dry_run and partitions.is_partitioned():
-            partitions.ensure_partitions()
+        history = History.read(cutoffs, make_ahead=not dry_run)
         # Counted up to one past the breaker: the count costs at most max_rows index entries.
-        counts = qualifying(cutoffs, limit=max_rows + 1)
+        counts = qualifying(cutoffs, limit=max_rows + 1, history=history)
         if dry_run:
             _finish(run, PruneRun.Outcome.DRY_RUN, counts, "")
         elif rows_one_by_one(counts) > max_rows:
             _refuse(run, counts)
         else:
-            _finish(run, PruneRun.Outcome.PRUNED, _remove(cutoffs, counts, max_rows), "")
+            done = _remove(cutoffs, counts, max_rows, history)
+            _finish(run, PruneRun.Outcome.PRUNED, done, "")
     except Exception as exc:
         _finish(run, PruneRun.Outcome.FAILED, run.counts, "%s: %s" % (type(exc).__name__, exc))
         raise
@@ -279,8 +282,46 @@ def cutoffs_for(reference_time: dt.datetime) -> dict[str, dt.datetime]:
     return cutoffs
 
 
-def qualifying(cutoffs: dict[str, dt.datetime], *, limit: int) -> dict[str, int]:
-    """Return kind -> rows (or files) that qualify, each counted up to ``limit``."""
+@dataclasses.dataclass(frozen=True)
+class History:
+    """A run's work on partitioned job history (scheduler_app.partitions)."""
+
+    #: The history partitions all of whose interval is before the jobs' cutoff, dropped
+    #: whole (none while jobs are kept forever).
+    expired: list[partitions.Partition]
+    #: The hot partition's ended jobs that finished from then on move into the history
+    #: partitions of their finish times: those past the jobs' cutoff are deleted, and none
+    #: moves to a time before the oldest partition (which would make one for each
+    #: interval back to it: ``scheduler_partition --move-history`` is for that history).
+    move_since: dt.datetime
+
+    @classmethod
+    def read(cls, cutoffs: dict[str, dt.datetime], *, make_ahead: bool) -> History | None:
+        """Return the run's work on the history, None if the job table is not partitioned;
+        with ``make_ahead``, make the partitions ahead first (partitions.ensure_partitions)."""
+        if connection.vendor != "postgresql" or not partitions.is_partitioned():
+            return None
+        history = partitions.history_partitions()
+        if make_ahead:
+            history += partitions.ensure_partitions(existing=history)
+        cutoff = cutoffs.get("jobs")
+        oldest = min((partition.start for partition in history), default=clock.now())
+        return cls(
+            expired=[p for p in history if cutoff is not None and p.end <= cutoff],
+            move_since=oldest if cutoff is None else max(cutoff, oldest),
+        )
+
+
+def qualifying(
+    cutoffs: dict[str, dt.datetime],
+    *,
+    limit: int,
+    history: History | None = None,
+) -> dict[str, int]:
+    """Return kind -> rows (or files) that qualify, each counted up to ``limit``; with
+    ``history`` (the job table is partitioned), the jobs of the expired partitions as
+    PARTITIONED_JOBS, from the statistics (partitions.jobs_in), and the ended jobs of the
+    hot partition that would move into history as MOVED_JOBS."""
     counts = {}
     for kind in KINDS:
         if kind.name not in cutoffs:
@@ -289,28 +330,40 @@ def qualifying(cutoffs: dict[str, dt.datetime], *, limit: int) -> dict[str, int]
             counts[kind.name] = kind.count_on_postgresql(cutoffs[kind.name], limit)
         else:
             counts[kind.name] = kind.candidates(cutoffs[kind.name]).order_by()[:limit].count()
-    if "jobs" in cutoffs and partitions.is_partitioned():
-        counts[PARTITIONED_JOBS] = sum(
-            partition.rows() for partition in partitions.expired(cutoffs["jobs"])
-        )
+    if history is not None:
+        if "jobs" in cutoffs:
+            counts[PARTITIONED_JOBS] = partitions.jobs_in(history.expired)
+        counts[MOVED_JOBS] = partitions.history_to_move(history.move_since, limit=limit)
     if REPORTS in cutoffs:
         counts[REPORTS] = len(_old_reports(cutoffs[REPORTS])[:limit])
     return counts
 
 
-def _remove(cutoffs: dict[str, dt.datetime], counts: dict[str, int], budget: int) -> dict:
-    # Before anything goes: the absent and suspicious-success rules still need it.
-    remember_pruned(cutoffs.get("jobs"), cutoffs.get("occurrences"))
+def _remove(
+    cutoffs: dict[str, dt.datetime],
+    counts: dict[str, int],
+    budget: int,
+    history: History | None,
+) -> dict:
+    if counts.get("jobs") or counts.get("occurrences") or (history and history.expired):
+        # Before anything goes: the absent and suspicious-success rules still need it.
+        remember_pruned(cutoffs.get("jobs"), cutoffs.get("occurrences"))
     done: dict[str, int] = {}
-    if "jobs" in cutoffs and partitions.is_partitioned():
-        for partition in partitions.expired(cutoffs["jobs"]):
+    if history is not None and "jobs" in cutoffs:
+        for partition in history.expired:
             partitions.drop(partition)
         # Counted by qualifying() for the same cutoff: the drops read no rows.
-        done[PARTITIONED_JOBS] = counts.get(PARTITIONED_JOBS, 0)
+        done[PARTITIONED_JOBS] = counts[PARTITIONED_JOBS]
     for kind in KINDS:
         if kind.name in cutoffs:
             left = budget - rows_one_by_one(done)
-            done[kind.name] = _remove_rows(kind, cutoffs[kind.name], left)
+            # None qualified when counted: no batch to look for (rows whose time is past
+            # the cutoff and that commit later go next run).
+            done[kind.name] = _remove_rows(
+                kind, cutoffs[kind.name], left if counts[kind.name] else 0
+            )
+    if history is not None:
+        done[MOVED_JOBS] = _move_to_history(history.move_since, counts[MOVED_JOBS], budget)
     if REPORTS in cutoffs:
         done[REPORTS] = _remove_reports(cutoffs[REPORTS], budget - rows_one_by_one(done))
     return done
@@ -318,8 +371,23 @@ def _remove(cutoffs: dict[str, dt.datetime], counts: dict[str, int], budget: int
 
 def rows_one_by_one(counts: dict[str, int]) -> int:
     """Return the rows (and files) of ``counts`` removed one by one: what the breaker
-    counts, all but the jobs that go with whole partitions."""
-    return sum(counts.values()) - counts.get(PARTITIONED_JOBS, 0)
+    counts, all but the jobs that go with whole partitions and those moved."""
+    return sum(counts.values()) - counts.get(PARTITIONED_JOBS, 0) - counts.get(MOVED_JOBS, 0)
+
+
+def _move_to_history(since: dt.datetime, counted: int, limit: int) -> int:
+    """Move up to ``limit`` ended jobs of the hot partition that finished at or after
+    ``since`` into the partitions of their finish times, where retention drops them
+    whole; return how many. They ended outside the worker's finish
+    (cancelled before they ran, failed by the lease rescue, a finish of a worker of a
+    release before), or before the conversion. Nothing is looked for if ``counted`` is 0."""
+    if not counted:
+        return 0
+    size = app_settings.PRUNE_BATCH_SIZE
+    moved = sum(partitions.move_history(since, batch_size=size, limit=limit))
+    if moved:
+        logger.info("moved ended jobs into history partitions jobs=%s", moved)
+    return moved
 
 
 def _remove_rows(kind: Kind, cutoff: dt.datetime, budget: int) -> int:

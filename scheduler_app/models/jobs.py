@@ -169,8 +169,9 @@ class Job(models.Model):
     )
     created_at = models.DateTimeField(default=clock.now)
     #: With partitioned history (PostgreSQL: migration 0033 on a new install, or
-    #: scheduler_partition): set by the worker's finish when the job ends (and by
-    #: scheduler_partition --move-history); the row then lives in the partition of its
+    #: scheduler_partition): set by the worker's finish when the job ends (and by a
+    #: prune run or scheduler_partition --move-history for a job that ended otherwise or
+    #: before the conversion); the row then lives in the partition of its
     #: finish time (scheduler_app.partitions), which retention drops whole. False on a
     #: table that is not partitioned.
     in_history = models.BooleanField(default=False, db_default=False, editable=False)

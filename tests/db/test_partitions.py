@@ -10,13 +10,21 @@ import importlib
 import psycopg
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, transaction
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
-from scheduler_app import partitions, schedule
+from scheduler_app import clock, partitions, schedule
+from scheduler_app.cancellation import cancel
 from scheduler_app.models import Job, JobAttempt, PruneRun, Schedule, ScheduleOccurrence
-from scheduler_app.retention import PARTITIONED_JOBS, prune
-from tests.helpers import migrate_database, running_worker, scratch_database, wait_for_status
+from scheduler_app.retention import MOVED_JOBS, PARTITIONED_JOBS, prune
+from tests.helpers import (
+    migrate_database,
+    reads_of,
+    running_worker,
+    scratch_database,
+    wait_for_status,
+)
 
 Status = Job.Status
 NOW = dt.datetime.now(dt.UTC)
@@ -242,6 +250,46 @@ def test_a_dry_run_counts_the_partitions_rows_and_drops_nothing(partitioned):
     assert run.counts[PARTITIONED_JOBS] == 1
     assert past.name in {partition.name for partition in partitions.history_partitions()}
     assert Job.objects.count() == 1
+
+
+@pytest.mark.postgres_only
+def test_the_audit_counts_a_partitions_jobs_from_its_statistics_without_reading_them(
+    partitioned,
+):
+    past = partitions.ensure_partitions(now=NOW - 40 * DAY)[0]
+    for minute in range(30):
+        finished(past.start + dt.timedelta(minutes=minute))
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE %s" % past.name)  # autovacuum's work, long before
+
+    with CaptureQueriesContext(connection) as queries:
+        run = prune(NOW, dry_run=True)
+
+    assert run.counts[PARTITIONED_JOBS] == 30
+    with transaction.atomic():  # rows_read() rolls back to a savepoint
+        assert sum(read for read, _ in reads_of(queries.captured_queries, past.name)) < 30
+
+
+@pytest.mark.postgres_only
+def test_a_prune_moves_jobs_that_ended_outside_the_workers_finish_into_history(partitioned):
+    cancelled = schedule("tests.noop", at=NOW + DAY)
+    assert cancel(cancelled.pk).changed
+    expired = finished(NOW - 40 * DAY, in_history=False)
+    (home,) = [p for p in partitions.history_partitions() if p.start <= clock.now() < p.end]
+    assert where(cancelled.pk) == partitions.HOT
+
+    dry = prune(clock.now(), dry_run=True)
+    assert dry.counts[MOVED_JOBS] == 1
+    assert where(cancelled.pk) == partitions.HOT
+
+    run = prune(clock.now())
+
+    assert run.counts[MOVED_JOBS] == 1
+    assert run.counts["jobs"] == 1  # past the cutoff: deleted, not moved
+    assert where(cancelled.pk) == home.name.lower()
+    assert not Job.objects.filter(pk=expired.pk).exists()
+    assert Job.objects.get(pk=cancelled.pk).status == Status.CANCELLED
+    assert prune(clock.now()).counts[MOVED_JOBS] == 0
 
 
 @pytest.mark.postgres_only

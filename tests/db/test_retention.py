@@ -30,7 +30,13 @@ from scheduler_app.models import (
     SendBatch,
     WorkerHeartbeat,
 )
-from scheduler_app.retention import PARTITIONED_JOBS, PRUNE_SCHEDULE_NAME, PRUNE_TASK, prune
+from scheduler_app.retention import (
+    MOVED_JOBS,
+    PARTITIONED_JOBS,
+    PRUNE_SCHEDULE_NAME,
+    PRUNE_TASK,
+    prune,
+)
 from scheduler_app.schedules.declared import declared_schedules
 from scheduler_app.sends.batches import seed_send
 from tests.helpers import reads_of, running_worker, wait_for_status, wait_until
@@ -170,10 +176,10 @@ def test_only_terminal_rows_older_than_the_cutoff_go():
     } | in_partitions(0)
 
 
-def in_partitions(jobs: int) -> dict[str, int]:
-    """Return the count of the jobs that went with whole partitions, as a run on a
-    partitioned job table adds it to its counts (none on one table)."""
-    return {PARTITIONED_JOBS: jobs} if partitions.is_partitioned() else {}
+def in_partitions(jobs: int, moved: int = 0) -> dict[str, int]:
+    """Return the counts a run on a partitioned job table adds (none on one table): the
+    jobs that went with whole partitions, and those moved into history."""
+    return {PARTITIONED_JOBS: jobs, MOVED_JOBS: moved} if partitions.is_partitioned() else {}
 
 
 def test_the_postgresql_prune_statement_handles_every_relation_to_the_job_table():

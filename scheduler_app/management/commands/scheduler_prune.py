@@ -12,7 +12,7 @@ from scheduler_app.bounds import positive_int
 from scheduler_app.conf import app_settings
 from scheduler_app.management.database import database_ready
 from scheduler_app.models import PruneRun
-from scheduler_app.retention import SETTINGS, cutoffs_for, prune
+from scheduler_app.retention import MOVED_JOBS, PARTITIONED_JOBS, SETTINGS, cutoffs_for, prune
 
 
 class Command(BaseCommand):
@@ -55,6 +55,13 @@ class Command(BaseCommand):
                     getattr(app_settings, setting),
                 )
             )
+        moving = "would move" if run.outcome == PruneRun.Outcome.DRY_RUN else "moved"
+        for name, done, what in (
+            (PARTITIONED_JOBS, verb, "in history partitions past the cutoff, dropped whole"),
+            (MOVED_JOBS, moving, "ended jobs of the hot partition into history partitions"),
+        ):
+            if name in run.counts:
+                self.stdout.write("%-20s %s %s (%s)" % (name, done, run.counts[name], what))
         if run.outcome == PruneRun.Outcome.REFUSED:
             raise CommandError("Refused: %s (prune run %s)" % (run.detail, run.pk))
         self.stdout.write("prune run %s: %s, %s rows" % (run.pk, run.outcome, run.total))
