@@ -192,7 +192,7 @@ def main() -> None:
         "| **%.0f jobs/s** (%.1f s) |\n"
         "| for comparison: the prune's DELETE, %s of those jobs, 1000 a statement | %.0f jobs/s "
         "(CPU %.2f µs a job, and %.2f µs a job for the VACUUM of its dead rows) |\n"
-        "| a prune that drops a partition of %s jobs (count, alert memory, drop): wall, CPU "
+        "| a prune that drops a partition of %s jobs (audit count, alert memory, drop): wall, CPU "
         "| %.0f ms, **%.3f µs a job** (%.0fx less than the DELETE, %.0fx with its VACUUM) |\n"
         "| claimer's turn p99 (finish + claim, paced every 5 ms): before / during convert "
         "/ during the move | %.1f / %.1f / %.1f ms |\n"
