@@ -21,7 +21,9 @@ With partitioned job history (PostgreSQL, scheduler_app.partitions), finished jo
 go with the history partitions all of whose finish times are before the cutoff,
 each dropped whole (counted as ``jobs_in_partitions``, outside the breaker, which
 counts rows deleted one by one); what is left in the hot and overflow partitions is
-deleted row by row as above. Each real run first makes the partitions ahead.
+deleted row by row as above, and the hot partition's jobs that ended outside the
+worker's finish within the retention move into history (``jobs_moved_to_history``).
+Each real run first makes the partitions ahead.
 """
 
 from __future__ import annotations
@@ -378,9 +380,9 @@ def rows_one_by_one(counts: dict[str, int]) -> int:
 def _move_to_history(since: dt.datetime, counted: int, limit: int) -> int:
     """Move up to ``limit`` ended jobs of the hot partition that finished at or after
     ``since`` into the partitions of their finish times, where retention drops them
-    whole; return how many. They ended outside the worker's finish
-    (cancelled before they ran, failed by the lease rescue, a finish of a worker of a
-    release before), or before the conversion. Nothing is looked for if ``counted`` is 0."""
+    whole; return how many. They ended outside the worker's finish (cancelled before
+    they ran, failed by the lease rescue, a finish of a worker of a release before).
+    Nothing is looked for if ``counted`` is 0."""
     if not counted:
         return 0
     size = app_settings.PRUNE_BATCH_SIZE
