@@ -50,6 +50,8 @@ JOB = Job._meta.db_table
 HOT = JOB + "_hot"
 OVERFLOW = JOB + "_overflow"
 PARTITION_PREFIX = JOB + "_p"
+#: The sequence job ids come from (as migrate names an identity column's).
+ID_SEQUENCE = JOB + "_id_seq"
 #: The hot partition's constraint as a CHECK, validated before the conversion attaches the
 #: table, so that attaching it reads no row (PostgreSQL proves it from the CHECK).
 HOT_CHECK = "scheduler_job_hot"
@@ -103,6 +105,13 @@ def moved_meanwhile(exc: OperationalError) -> bool:
     return getattr(exc.__cause__, "sqlstate", None) == "40001"
 
 
+def migrates_here(schema_editor) -> bool:
+    """Return whether a migration runs on PostgreSQL, on scheduler_app's database: where
+    the job table may be partitioned."""
+    connection = schema_editor.connection
+    return connection.vendor == "postgresql" and connection.alias == database.alias()
+
+
 def is_partitioned() -> bool:
     """Return whether the job table is partitioned (always False on SQLite)."""
     if connection.vendor != "postgresql":
@@ -152,8 +161,7 @@ def convert() -> list[Partition]:
                     % (JOB, HOT_CHECK, HISTORY_KEY, HISTORY_KEY)
                 )
             cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (JOB, HOT_CHECK))
-            cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [JOB])
-            sequence = cursor.fetchone()[0]
+        sequence, identity = _id_sequence(JOB)
         now = _start_of(clock.now())
         first = [_partition(now), _partition(now + interval())]
         _locked(
@@ -173,6 +181,7 @@ def convert() -> list[Partition]:
                 for partition in first
                 for statement in (*_like_hot(partition.name), _attach(partition))
             ),
+            *_ids_owned_by_the_job_table(sequence, identity=identity),
             job=JOB,
             hot=HOT,
             overflow=OVERFLOW,
@@ -185,23 +194,77 @@ def convert() -> list[Partition]:
     return ensure_partitions()
 
 
+def own_id_sequence() -> None:
+    """Have the partitioned job table's id column own the sequence job ids come from, if
+    a conversion before migration 0034 left them coming from the hot partition's identity
+    sequence (which Django's sequence reset cannot find: see _ids_owned_by_the_job_table).
+    Does nothing on a table that is not partitioned, or whose id column owns it already."""
+    if not is_partitioned() or _id_sequence(JOB)[0] is not None:
+        return
+    sequence, identity = _id_sequence(HOT)
+    _locked(*_ids_owned_by_the_job_table(sequence, identity=identity))
+    logger.info("job ids now from a sequence table=%s owns", JOB)
+
+
+def _id_sequence(table: str) -> tuple[str | None, bool]:
+    """Return (the sequence ``table``'s id column owns, if any; whether it is an identity
+    column)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_serial_sequence(%s, 'id'), attidentity <> '' FROM pg_attribute"
+            " WHERE attrelid = %s::regclass AND attname = 'id'",
+            [table, table],
+        )
+        return cursor.fetchone()
+
+
+def _ids_owned_by_the_job_table(sequence: str, *, identity: bool) -> list[str]:
+    """Return the statements, run once the hot partition is attached, after which job ids
+    come from a sequence the partitioned table's id column owns, at ``sequence``'s value.
+
+    Django resets a table's sequence (loaddata, sqlsequencereset, flush) through
+    pg_get_serial_sequence() of its id column; the table as migrate made it draws ids
+    from an identity sequence, which no other table's column can own. So, on the hot
+    partition's identity column: a new sequence at the identity's value becomes the
+    default of both tables, the identity (and its sequence) goes, and the new sequence
+    takes the name migrate gave it. A plain sequence (a table put back by revert()) is
+    just re-owned.
+    """
+    if not identity:
+        return ["ALTER SEQUENCE %s OWNED BY %s.id" % (sequence, JOB)]
+    new = ID_SEQUENCE + "_new"
+    return [
+        "CREATE SEQUENCE %s AS bigint" % new,
+        "SELECT setval('%s', last_value, is_called) FROM %s" % (new, sequence),
+        "ALTER TABLE ONLY %s ALTER COLUMN id SET DEFAULT nextval('%s'::regclass)" % (JOB, new),
+        "ALTER TABLE %s ALTER COLUMN id DROP IDENTITY" % HOT,
+        "ALTER TABLE %s ALTER COLUMN id SET DEFAULT nextval('%s'::regclass)" % (HOT, new),
+        "ALTER SEQUENCE %s RENAME TO %s" % (new, ID_SEQUENCE),
+        "ALTER SEQUENCE %s OWNED BY %s.id" % (ID_SEQUENCE, JOB),
+    ]
+
+
 def revert() -> None:
     """Put a partitioned job table back as one table, its history kept (migration 0033's
     reverse, so that migrating further back finds the table the migrations before made).
 
     In one transaction: every history job is moved back into the hot partition (by
     clearing ``in_history``), which is then detached, renamed to the job table and
-    freed of its CHECK, and the partitioned table is dropped with its empty partitions.
+    freed of its CHECK, and the partitioned table is dropped with its empty partitions
+    (the sequence of the ids goes on, owned by the table's id column, as a serial's).
     It locks the job table while the history moves: an operator's step, not a deploy's.
     Does nothing if the table is not partitioned.
     """
     if not is_partitioned():
         return
+    sequence = _id_sequence(JOB)[0]
     _locked(
         # A moved row is inserted again: its foreign keys' deferred checks would be left
         # pending, and a table with pending trigger events cannot be altered.
         "SET CONSTRAINTS ALL IMMEDIATE",
         "UPDATE {job} SET in_history = false WHERE in_history",
+        # The ids' sequence would go with the partitioned table.
+        *(["ALTER SEQUENCE %s OWNED BY {hot}.id" % sequence] if sequence else []),
         "ALTER TABLE {job} DETACH PARTITION {hot}",
         "DROP TABLE {job}",
         "ALTER TABLE {hot} RENAME TO {job}",
@@ -215,13 +278,15 @@ def revert() -> None:
 
 def _like_hot(table: str) -> list[str]:
     """Return the statements that make ``table`` a copy of the hot partition's columns,
-    constraints and indexes, but its CHECK: the indexes the reads of finished jobs use,
-    and the partial ones of pending and running jobs, empty here but for the planner an
-    index to skip the partition by instead of reading it."""
+    constraints and indexes, but its CHECK and its id's default: the indexes the reads of
+    finished jobs use, and the partial ones of pending and running jobs, empty here but
+    for the planner an index to skip the partition by instead of reading it."""
     return [
         "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)"
         % (table, HOT),
         "ALTER TABLE %s DROP CONSTRAINT %s" % (table, HOT_CHECK),
+        # Rows come in through the partitioned table, whose default gives new ids.
+        "ALTER TABLE %s ALTER COLUMN id DROP DEFAULT" % table,
     ]
 
 

@@ -10,20 +10,12 @@ from django.db import migrations
 # add constraints and reset storage parameters that a partitioned table cannot take.
 
 
-def on_the_scheduler_database(schema_editor):
-    """Return whether this migrate runs on PostgreSQL, on scheduler_app's database."""
-    from scheduler_app import database
-
-    connection = schema_editor.connection
-    return connection.vendor == "postgresql" and connection.alias == database.alias()
-
-
 def partition_new_install(apps, schema_editor):
     from scheduler_app import partitions
     from scheduler_app.conf import app_settings
 
     if (
-        not on_the_scheduler_database(schema_editor)
+        not partitions.migrates_here(schema_editor)
         or not app_settings.PARTITIONED_HISTORY
         or partitions.is_partitioned()
     ):
@@ -38,7 +30,7 @@ def partition_new_install(apps, schema_editor):
 def put_back_as_one_table(apps, schema_editor):
     from scheduler_app import partitions
 
-    if on_the_scheduler_database(schema_editor):
+    if partitions.migrates_here(schema_editor):
         partitions.revert()
 
 
