@@ -11,7 +11,8 @@ its finish time for one that has (the worker's finish sets ``Job.in_history``):
   every unfinished job. The claim and the batched finish name HISTORY_KEY = 'infinity',
   so the planner reads no other partition.
 - ``scheduler_app_job_pYYYYMMDDtHHMM``: the jobs that finished in one interval of
-  HISTORY_PARTITION_MINUTES, with the hot partition's indexes. Retention drops such a
+  HISTORY_PARTITION_MINUTES, with the hot partition's indexes but those of pending and
+  running jobs (a CHECK says it holds ended jobs only). Retention drops such a
   partition whole once all of it is past the cutoff (with its jobs' attempts;
   occurrences and sync cursors are unlinked).
 - ``scheduler_app_job_overflow``, the DEFAULT partition: finished jobs of an interval
@@ -52,6 +53,22 @@ OVERFLOW = JOB + "_overflow"
 PARTITION_PREFIX = JOB + "_p"
 #: The sequence job ids come from (as migrate names an identity column's).
 ID_SEQUENCE = JOB + "_id_seq"
+#: The job table's indexes of pending and running jobs only (Job.Meta): a table of
+#: ended jobs is made without them (see _history_table).
+UNFINISHED_INDEXES = frozenset(
+    {
+        "scheduler_job_claimable",
+        "scheduler_job_next_due",
+        "scheduler_job_leases",
+        "scheduler_job_unique_key_unfinished",
+        "scheduler_job_runs_unfinished",
+    }
+)
+#: The statuses of ended jobs, and the CHECK that a history partition holds only those.
+ENDED = "('succeeded', 'failed', 'cancelled')"
+ENDED_CHECK = "scheduler_job_ended"
+#: Where _history_indexes() statements name their table (not a valid identifier).
+TABLE_PLACEHOLDER = "<table>"
 #: The hot partition's constraint as a CHECK, validated before the conversion attaches the
 #: table, so that attaching it reads no row (PostgreSQL proves it from the CHECK).
 HOT_CHECK = "scheduler_job_hot"
@@ -162,32 +179,27 @@ def convert() -> list[Partition]:
                 )
             cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (JOB, HOT_CHECK))
         sequence, identity = _id_sequence(JOB)
+        indexes = _history_indexes(JOB)
         now = _start_of(clock.now())
         first = [_partition(now), _partition(now + interval())]
         _locked(
-            "ALTER TABLE {job} RENAME TO {hot}",
-            "CREATE TABLE {job} (LIKE {hot} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-            " PARTITION BY RANGE ({key})",
-            "ALTER TABLE {job} DROP CONSTRAINT {check}",
-            "ALTER TABLE {job} ALTER COLUMN id SET DEFAULT nextval('{sequence}'::regclass)",
-            "ALTER TABLE {job} ATTACH PARTITION {hot} FOR VALUES FROM ('infinity') TO (MAXVALUE)",
-            *_like_hot(OVERFLOW),
-            "ALTER TABLE {job} ATTACH PARTITION {overflow} DEFAULT",
+            "ALTER TABLE %s RENAME TO %s" % (JOB, HOT),
+            "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+            " PARTITION BY RANGE (%s)" % (JOB, HOT, HISTORY_KEY),
+            "ALTER TABLE %s DROP CONSTRAINT %s" % (JOB, HOT_CHECK),
+            "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('infinity') TO (MAXVALUE)"
+            % (JOB, HOT),
+            *_history_table(OVERFLOW, indexes),
+            "ALTER TABLE %s ATTACH PARTITION %s DEFAULT" % (JOB, OVERFLOW),
             # The current interval's and the next one's partitions, before any finish
             # can see the partitioned table: a finish with none would go to the
             # overflow, and the interval could then get no partition.
             *(
                 statement
                 for partition in first
-                for statement in (*_like_hot(partition.name), _attach(partition))
+                for statement in (*_history_table(partition.name, indexes), _attach(partition))
             ),
             *_ids_owned_by_the_job_table(sequence, identity=identity),
-            job=JOB,
-            hot=HOT,
-            overflow=OVERFLOW,
-            key=HISTORY_KEY,
-            check=HOT_CHECK,
-            sequence=sequence,
         )
         logger.info("partitioned table=%s hot=%s", JOB, HOT)
         return first + ensure_partitions()
@@ -262,32 +274,74 @@ def revert() -> None:
         # A moved row is inserted again: its foreign keys' deferred checks would be left
         # pending, and a table with pending trigger events cannot be altered.
         "SET CONSTRAINTS ALL IMMEDIATE",
-        "UPDATE {job} SET in_history = false WHERE in_history",
+        "UPDATE %s SET in_history = false WHERE in_history" % JOB,
         # The ids' sequence would go with the partitioned table.
-        *(["ALTER SEQUENCE %s OWNED BY {hot}.id" % sequence] if sequence else []),
-        "ALTER TABLE {job} DETACH PARTITION {hot}",
-        "DROP TABLE {job}",
-        "ALTER TABLE {hot} RENAME TO {job}",
-        "ALTER TABLE {job} DROP CONSTRAINT {check}",
-        job=JOB,
-        hot=HOT,
-        check=HOT_CHECK,
+        *(["ALTER SEQUENCE %s OWNED BY %s.id" % (sequence, HOT)] if sequence else []),
+        "ALTER TABLE %s DETACH PARTITION %s" % (JOB, HOT),
+        "DROP TABLE %s" % JOB,
+        "ALTER TABLE %s RENAME TO %s" % (HOT, JOB),
+        "ALTER TABLE %s DROP CONSTRAINT %s" % (JOB, HOT_CHECK),
     )
     logger.info("partitioned table put back as one table=%s", JOB)
 
 
-def _like_hot(table: str) -> list[str]:
-    """Return the statements that make ``table`` a copy of the hot partition's columns,
-    constraints and indexes, but its CHECK and its id's default: the indexes the reads of
-    finished jobs use, and the partial ones of pending and running jobs, empty here but
-    for the planner an index to skip the partition by instead of reading it."""
+def _history_table(table: str, indexes: list[tuple[str, str]]) -> list[str]:
+    """Return the statements that make ``table``, a table for ended jobs (a history or the
+    overflow partition): the hot partition's columns and CHECK constraints but its own,
+    a CHECK that its jobs have ended, and ``indexes`` (from _history_indexes()).
+
+    Rows come in through the partitioned table, whose defaults apply: it takes none. The
+    CHECK lets the planner pass over it for a query of pending or running jobs (by
+    constraint exclusion), so it needs none of UNFINISHED_INDEXES, each of which would
+    stay empty there and cost its making and dropping each interval.
+    """
     return [
-        "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING INDEXES)"
-        % (table, HOT),
+        "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS, CONSTRAINT %s CHECK (status IN %s))"
+        % (table, HOT, ENDED_CHECK, ENDED),
         "ALTER TABLE %s DROP CONSTRAINT %s" % (table, HOT_CHECK),
-        # Rows come in through the partitioned table, whose default gives new ids.
-        "ALTER TABLE %s ALTER COLUMN id DROP DEFAULT" % table,
+        *(statement.replace(TABLE_PLACEHOLDER, table) for _name, statement in indexes),
     ]
+
+
+def _history_indexes(source: str) -> list[tuple[str, str]]:
+    """Return (name, statement) of the indexes of ``source`` (the hot partition, or the job
+    table before the conversion) that a table for ended jobs copies: all but
+    UNFINISHED_INDEXES; each statement names TABLE_PLACEHOLDER for its table."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_indexdef(i.indexrelid), pg_get_constraintdef(con.oid)"
+            " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid"
+            " AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u')"
+            " WHERE i.indrelid = %s::regclass ORDER BY c.relname",
+            [source],
+        )
+        rows = cursor.fetchall()
+    indexes = []
+    for name, definition, constraint in rows:
+        if name in UNFINISHED_INDEXES:
+            continue
+        # A partition's index name: the table's and what the hot one's says, as LIKE's.
+        own = "%s_%s" % (
+            TABLE_PLACEHOLDER,
+            name.removeprefix("scheduler_job_").removeprefix(JOB + "_"),
+        )
+        if constraint:  # the primary key
+            statement = "ALTER TABLE %s ADD CONSTRAINT %s %s" % (
+                TABLE_PLACEHOLDER,
+                own,
+                constraint,
+            )
+        else:  # CREATE [UNIQUE] INDEX name ON schema.table USING ...
+            head, _, using = definition.partition(" USING ")
+            statement = "%s INDEX %s ON %s USING %s" % (
+                head.split(" INDEX ")[0],
+                own,
+                TABLE_PLACEHOLDER,
+                using,
+            )
+        indexes.append((name, statement))
+    return indexes
 
 
 def history_partitions() -> list[Partition]:
@@ -340,6 +394,7 @@ def _make_partitions(
         existing = history_partitions()
     made_before = {partition.start for partition in existing}
     made = []
+    indexes: list[tuple[str, str]] | None = None
     for begin in starts:
         if begin in made_before:
             continue
@@ -354,10 +409,14 @@ def _make_partitions(
             if cursor.fetchone()[0]:
                 logger.warning("no partition for an interval in overflow from=%s", begin)
                 continue
-            cursor.execute("DROP TABLE IF EXISTS %s" % partition.name)  # a try cut short
-            for statement in _like_hot(partition.name):
-                cursor.execute(statement)
-        _locked(_attach(partition))
+        if indexes is None:
+            indexes = _history_indexes(HOT)
+        # One transaction, one commit; the job table's lock only for the attach, at its end.
+        _locked(
+            "DROP TABLE IF EXISTS %s" % partition.name,  # a try cut short
+            *_history_table(partition.name, indexes),
+            _attach(partition),
+        )
         logger.info("history partition made name=%s", partition.name)
         made.append(partition)
     return made
@@ -393,8 +452,8 @@ def history_to_move(since: dt.datetime | None, *, limit: int, table: str = HOT) 
 #: Jobs of the hot partition that finished (before the conversion, or outside the
 #: worker's finish) at or after a time, or whenever if it is NULL.
 _LEFT_BEHIND = (
-    "status IN ('succeeded', 'failed', 'cancelled')"
-    " AND (%s::timestamptz IS NULL OR COALESCE(finished_at, created_at) >= %s)"
+    "status IN %s AND (%%s::timestamptz IS NULL OR COALESCE(finished_at, created_at) >= %%s)"
+    % ENDED
 )
 
 
@@ -470,7 +529,7 @@ def drop(partition: Partition) -> bool:
     return True
 
 
-def _locked(*statements: str, **names: str) -> None:
+def _locked(*statements: str) -> None:
     """Run ``statements`` in one transaction that waits at most LOCK_TIMEOUT for a lock;
     try again (LOCK_TRIES in all) while a lock is what it waited for."""
     for attempt in range(1, LOCK_TRIES + 1):
@@ -478,7 +537,7 @@ def _locked(*statements: str, **names: str) -> None:
             with database.atomic(), connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '%s'" % LOCK_TIMEOUT)
                 for statement in statements:
-                    cursor.execute(statement.format(**names))
+                    cursor.execute(statement)
             return
         except OperationalError as exc:
             if getattr(exc.__cause__, "sqlstate", None) != "55P03" or attempt == LOCK_TRIES:

@@ -184,6 +184,62 @@ def test_converting_keeps_every_job_where_it_was_and_ids_go_on(plain):
     assert partitions.convert() == []  # again: nothing to do
 
 
+def test_a_history_partition_goes_without_the_indexes_of_pending_and_running_jobs():
+    """UNFINISHED_INDEXES names the job table's indexes whose condition admits only
+    pending or running jobs: the history partitions, which hold ended jobs, skip them."""
+    conditions = {
+        item.name: item.condition for item in (*Job._meta.indexes, *Job._meta.constraints)
+    }
+
+    def statuses(condition) -> set[str]:
+        found = set()
+        for child in condition.children:
+            if isinstance(child, tuple) and child[0] == "status":
+                found.add(child[1])
+            elif isinstance(child, tuple) and child[0] == "status__in":
+                found.update(child[1])
+            elif not isinstance(child, tuple):
+                found |= statuses(child)
+        return found
+
+    unfinished = {Status.PENDING, Status.RUNNING}
+    only_unfinished = {
+        name
+        for name, condition in conditions.items()
+        if condition is not None and statuses(condition) and statuses(condition) <= unfinished
+    }
+    assert only_unfinished == partitions.UNFINISHED_INDEXES
+
+
+@pytest.mark.postgres_only
+def test_the_planner_passes_over_history_partitions_for_pending_and_running_jobs(partitioned):
+    """A history partition has the indexes of ended jobs and a CHECK that it holds only
+    those: a query of pending or running jobs (without JobQuerySet.hot()) reads none of
+    its rows nor indexes, one of ended jobs reads it by its indexes."""
+    start = partitions._start_of(NOW - 3 * DAY)
+    (partition,) = partitions._make_partitions([start])
+    done = finished(start)
+    assert where(done.pk) == partition.name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE tablename = %s), count(*) FILTER (WHERE tablename "
+            "= %s) FROM pg_indexes WHERE tablename IN (%s, %s)",
+            [partition.name, partitions.HOT] * 2,
+        )
+        in_partition, in_hot = cursor.fetchone()
+    assert in_partition == in_hot - len(partitions.UNFINISHED_INDEXES)
+
+    for unfinished in (
+        Job.objects.filter(status=Status.PENDING).order_by("priority", "run_at", "id"),
+        Job.objects.filter(status=Status.RUNNING, lease_expires_at__lt=NOW),
+        Job.objects.filter(status__in=[Status.PENDING, Status.RUNNING], unique_key="k"),
+    ):
+        assert partition.name not in unfinished.explain()
+    ended = Job.objects.filter(status=Status.SUCCEEDED, finished_at__gte=start)
+    assert partition.name in ended.explain()
+    assert list(ended) == [done]
+
+
 def id_sequence() -> str | None:
     """Return the sequence Django's sequence reset finds for the job table's ids."""
     with connection.cursor() as cursor:
