@@ -285,7 +285,7 @@ def revert() -> None:
     logger.info("partitioned table put back as one table=%s", JOB)
 
 
-def _history_table(table: str, indexes: list[tuple[str, str]]) -> list[str]:
+def _history_table(table: str, indexes: list[str]) -> list[str]:
     """Return the statements that make ``table``, a table for ended jobs (a history or the
     overflow partition): the hot partition's columns and CHECK constraints but its own,
     a CHECK that its jobs have ended, and ``indexes`` (from _history_indexes()).
@@ -299,14 +299,14 @@ def _history_table(table: str, indexes: list[tuple[str, str]]) -> list[str]:
         "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS, CONSTRAINT %s CHECK (status IN %s))"
         % (table, HOT, ENDED_CHECK, ENDED),
         "ALTER TABLE %s DROP CONSTRAINT %s" % (table, HOT_CHECK),
-        *(statement.replace(TABLE_PLACEHOLDER, table) for _name, statement in indexes),
+        *(statement.replace(TABLE_PLACEHOLDER, table) for statement in indexes),
     ]
 
 
-def _history_indexes(source: str) -> list[tuple[str, str]]:
-    """Return (name, statement) of the indexes of ``source`` (the hot partition, or the job
-    table before the conversion) that a table for ended jobs copies: all but
-    UNFINISHED_INDEXES; each statement names TABLE_PLACEHOLDER for its table."""
+def _history_indexes(source: str) -> list[str]:
+    """Return the statements that make the indexes of ``source`` (the hot partition, or the
+    job table before the conversion) that a table for ended jobs copies: all but
+    UNFINISHED_INDEXES; each names TABLE_PLACEHOLDER for its table."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT c.relname, pg_get_indexdef(i.indexrelid), pg_get_constraintdef(con.oid)"
@@ -340,7 +340,7 @@ def _history_indexes(source: str) -> list[tuple[str, str]]:
                 TABLE_PLACEHOLDER,
                 using,
             )
-        indexes.append((name, statement))
+        indexes.append(statement)
     return indexes
 
 
@@ -394,7 +394,7 @@ def _make_partitions(
         existing = history_partitions()
     made_before = {partition.start for partition in existing}
     made = []
-    indexes: list[tuple[str, str]] | None = None
+    indexes: list[str] | None = None
     for begin in starts:
         if begin in made_before:
             continue
