@@ -65,7 +65,7 @@ UNFINISHED_INDEXES = frozenset(
     }
 )
 #: The statuses of ended jobs, and the CHECK that a history partition holds only those.
-ENDED = "('succeeded', 'failed', 'cancelled')"
+ENDED = "(%s)" % ", ".join("'%s'" % status for status in Job.FINISHED)
 ENDED_CHECK = "scheduler_job_ended"
 #: Where _history_indexes() statements name their table (not a valid identifier).
 TABLE_PLACEHOLDER = "<table>"
@@ -326,7 +326,7 @@ def _history_indexes(source: str) -> list[str]:
             TABLE_PLACEHOLDER,
             name.removeprefix("scheduler_job_").removeprefix(JOB + "_"),
         )
-        if constraint:  # the primary key
+        if constraint:  # the primary key, or a unique constraint
             statement = "ALTER TABLE %s ADD CONSTRAINT %s %s" % (
                 TABLE_PLACEHOLDER,
                 own,

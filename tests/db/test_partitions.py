@@ -202,7 +202,7 @@ def test_a_history_partition_goes_without_the_indexes_of_pending_and_running_job
                 found |= statuses(child)
         return found
 
-    unfinished = {Status.PENDING, Status.RUNNING}
+    unfinished = set(Job.UNFINISHED)
     only_unfinished = {
         name
         for name, condition in conditions.items()
