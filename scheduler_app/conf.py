@@ -119,6 +119,7 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION_OCCURRENCES_DAYS": 90,
     "RETENTION_CONTROL_EVENTS_DAYS": 365,
     "RETENTION_RECIPIENT_CONTEXT_DAYS": 30,
+    "RETENTION_BATCHES_DAYS": None,
     "RETENTION_DRY_RUN_REPORTS_DAYS": 30,
     "RETENTION_WORKERS_DAYS": 7,
     "RETENTION_ALERTS_DAYS": 90,
@@ -427,6 +428,11 @@ DESCRIPTIONS: dict[str, str] = {
         "Days after a batch finished (completed, cancelled or failed) after which its "
         "recipients' template context (personal data) is blanked; the recipient rows, "
         "the sent markers, stay. `None` keeps it."
+    ),
+    "RETENTION_BATCHES_DAYS": (
+        "Days after a batch finished (completed, cancelled or failed) after which the batch "
+        "goes, with its recipients (the sent markers, and with them the unsubscribe links "
+        "of its messages) and its lanes' progress. `None` keeps them."
     ),
     "RETENTION_DRY_RUN_REPORTS_DAYS": (
         "Days to keep dry-run report files, except the latest report of a batch that has "

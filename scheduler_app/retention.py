@@ -3,7 +3,8 @@
 ``prune(reference_time)`` removes, for each kind with a RETENTION_*_DAYS
 setting, rows in a terminal state older than ``reference_time`` minus that
 many days: finished jobs (with their attempts), schedule occurrences whose
-job finished, control events, resolved alerts, stopped or lost workers'
+job finished, control events, finished batches (their recipients first, then
+the batch with its lanes' progress), resolved alerts, stopped or lost workers'
 heartbeats, dry-run report files; and it blanks the template context of
 recipients of batches that finished. Nothing pending, running, scheduled,
 sending or paused is ever selected: each kind names the terminal states it
@@ -85,6 +86,9 @@ class Kind:
     on_postgresql: Callable[[dt.datetime, int], int] | None = None
     #: (cutoff, limit) -> rows that qualify on PostgreSQL, when they are not candidates'.
     count_on_postgresql: Callable[[dt.datetime, int], int] | None = None
+    #: cutoff -> the rows counted as qualifying, where more become candidates while the
+    #: run goes than are when it counts (a batch does once its recipients have gone).
+    counted: Callable[[dt.datetime], QuerySet] | None = None
     #: cutoff -> None, once the run has removed what it could: record what is done.
     afterwards: Callable[[dt.datetime], None] | None = None
 
@@ -114,6 +118,16 @@ def _old_occurrences(cutoff: dt.datetime) -> QuerySet:
     return ScheduleOccurrence.objects.filter(occurrence_at__lt=cutoff).filter(
         Q(job=None) | Q(job__status__in=Job.FINISHED)
     )
+
+
+def _recipients_of_finished_batches(cutoff: dt.datetime) -> QuerySet:
+    return Recipient.objects.filter(batch__in=finished_batches(cutoff).values("pk"))
+
+
+def _emptied_batches(cutoff: dt.datetime) -> QuerySet:
+    # A batch goes once its recipients have (the kind before, in the same run): one
+    # transaction never deletes a batch of a million recipients.
+    return finished_batches(cutoff).exclude(Exists(Recipient.objects.filter(batch=OuterRef("pk"))))
 
 
 def _batches_with_contexts(cutoff: dt.datetime) -> QuerySet:
@@ -203,6 +217,19 @@ KINDS = (
         setting="RETENTION_CONTROL_EVENTS_DAYS",
         candidates=lambda cutoff: ControlEvent.objects.filter(at__lt=cutoff),
         apply=_delete(ControlEvent),
+    ),
+    Kind(
+        name="recipients",
+        setting="RETENTION_BATCHES_DAYS",
+        candidates=_recipients_of_finished_batches,
+        apply=_delete(Recipient),  # their feedback events keep the address, unlinked
+    ),
+    Kind(
+        name="batches",
+        setting="RETENTION_BATCHES_DAYS",
+        candidates=_emptied_batches,
+        counted=finished_batches,
+        apply=_delete(SendBatch),  # with their lanes' progress; feedback is unlinked
     ),
     Kind(
         name="recipient_contexts",
@@ -331,7 +358,8 @@ def qualifying(
         if kind.count_on_postgresql is not None and connection.vendor == "postgresql":
             counts[kind.name] = kind.count_on_postgresql(cutoffs[kind.name], limit)
         else:
-            counts[kind.name] = kind.candidates(cutoffs[kind.name]).order_by()[:limit].count()
+            rows = (kind.counted or kind.candidates)(cutoffs[kind.name])
+            counts[kind.name] = rows.order_by()[:limit].count()
     if history is not None:
         if "jobs" in cutoffs:
             counts[PARTITIONED_JOBS] = partitions.jobs_in(history.expired)

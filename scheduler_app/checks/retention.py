@@ -1,12 +1,12 @@
-"""Retention: the RETENTION_*, PRUNE_* and *HISTORY* settings (E054-E057), and relations to Job the
-PostgreSQL prune cannot honour (E059)."""
+"""Retention: the RETENTION_*, PRUNE_* and *HISTORY* settings (E054-E057, W058), and relations
+to Job the PostgreSQL prune cannot honour (E059)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.apps import apps
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db.models import DO_NOTHING
 
 from scheduler_app.conf import app_settings, is_number
@@ -19,15 +19,19 @@ RETENTION_DAYS = (
     "RETENTION_OCCURRENCES_DAYS",
     "RETENTION_CONTROL_EVENTS_DAYS",
     "RETENTION_RECIPIENT_CONTEXT_DAYS",
+    "RETENTION_BATCHES_DAYS",
     "RETENTION_DRY_RUN_REPORTS_DAYS",
     "RETENTION_WORKERS_DAYS",
     "RETENTION_ALERTS_DAYS",
 )
+#: The days a message's unsubscribe link must keep working (CAN-SPAM's 30 days): a batch's
+#: go with its recipients (RETENTION_BATCHES_DAYS, check W058).
+UNSUBSCRIBE_LINK_DAYS = 30
 
 
 @register(Tags.compatibility)
 def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Check the RETENTION_*, PRUNE_* and *HISTORY* settings (E054-E057)."""
+    """Check the RETENTION_*, PRUNE_* and *HISTORY* settings (E054-E057, W058)."""
     problems: list[CheckMessage] = [
         Error(
             "SCHEDULER_APP[%r] must be a number of days > 0, or None to keep forever." % name,
@@ -37,6 +41,18 @@ def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Che
         if getattr(app_settings, name) is not None
         and (not is_number(getattr(app_settings, name)) or getattr(app_settings, name) <= 0)
     ]
+    batches = app_settings.RETENTION_BATCHES_DAYS
+    if is_number(batches) and 0 < batches < UNSUBSCRIBE_LINK_DAYS:
+        problems.append(
+            Warning(
+                "SCHEDULER_APP['RETENTION_BATCHES_DAYS'] is %s: a finished batch's "
+                "recipients go after that many days, and with them the unsubscribe links of "
+                "its messages, which must work for %d days after a message is sent."
+                % (batches, UNSUBSCRIBE_LINK_DAYS),
+                hint="Keep finished batches at least %d days." % UNSUBSCRIBE_LINK_DAYS,
+                id="scheduler_app.W058",
+            )
+        )
     for name in (
         "PRUNE_BATCH_SIZE",
         "PRUNE_MAX_ROWS",

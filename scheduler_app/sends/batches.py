@@ -357,7 +357,8 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
         # With the batch locked, so that retention marking its contexts blanked sees this
         # seed or is seen by it (retention._mark_blanked_batches).
         with database.atomic():
-            SendBatch.objects.select_for_update().filter(pk=batch.pk).exists()
+            if not SendBatch.objects.select_for_update().filter(pk=batch.pk).exists():
+                raise BatchStateError("This batch was deleted (retention, or an operator).")
             marker, created = Recipient.objects.get_or_create(
                 batch=batch,
                 recipient_key="seed:%s:%s" % (digest[:12], address),

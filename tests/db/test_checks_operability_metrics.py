@@ -1,4 +1,4 @@
-"""System checks of the metrics and retention settings: E050-E057, W050."""
+"""System checks of the metrics and retention settings: E050-E057, W050, W058."""
 
 from __future__ import annotations
 
@@ -44,6 +44,9 @@ def test_the_defaults_pass():
         ({"PRUNE_SCHEDULE": 3}, "scheduler_app.E056"),
         ({"PARTITIONED_HISTORY": "yes"}, "scheduler_app.E057"),
         ({"PARTITIONED_HISTORY": 1}, "scheduler_app.E057"),
+        ({"RETENTION_BATCHES_DAYS": 0}, "scheduler_app.E054"),
+        # Unsubscribe links must work 30 days; a batch's go with its recipients.
+        ({"RETENTION_BATCHES_DAYS": 29.5}, "scheduler_app.W058"),
     ],
 )
 def test_each_bad_value_gets_its_id(changes, expected):
@@ -58,6 +61,7 @@ def test_each_bad_value_gets_its_id(changes, expected):
         {"RETENTION_JOBS_DAYS": None, "RETENTION_ALERTS_DAYS": 0.5},
         {"PRUNE_SCHEDULE": None},
         {"PARTITIONED_HISTORY": False},
+        {"RETENTION_BATCHES_DAYS": 30},
     ],
 )
 def test_good_values_pass(changes):

@@ -21,13 +21,16 @@ from scheduler_app.clock import frozen_clock
 from scheduler_app.models import (
     Alert,
     ControlEvent,
+    FeedbackEvent,
     Job,
     JobAttempt,
+    LaneProgress,
     PruneRun,
     Recipient,
     Schedule,
     ScheduleOccurrence,
     SendBatch,
+    Suppression,
     WorkerHeartbeat,
 )
 from scheduler_app.retention import (
@@ -38,7 +41,7 @@ from scheduler_app.retention import (
     prune,
 )
 from scheduler_app.schedules.declared import declared_schedules
-from scheduler_app.sends.batches import seed_send
+from scheduler_app.sends.batches import BatchStateError, seed_send
 from tests.helpers import reads_of, running_worker, wait_for_status, wait_until
 
 T0 = dt.datetime(2026, 3, 2, 3, 30, tzinfo=dt.UTC)
@@ -194,6 +197,76 @@ def test_the_postgresql_prune_statement_handles_every_relation_to_the_job_table(
         ("ScheduleOccurrence", "SET_NULL"),
         ("SyncCursor", "SET_NULL"),
     }
+
+
+@pytest.mark.django_db
+@override_settings(SCHEDULER_APP={"RETENTION_BATCHES_DAYS": 60, "PRUNE_BATCH_SIZE": 2})
+def test_finished_batches_go_with_their_recipients_and_lanes_and_feedback_stays_unlinked():
+    old, recent = 61 * DAY, 59 * DAY
+    gone = [
+        batch(BatchStatus.COMPLETED, changed_ago=old, recipients=5),
+        batch(BatchStatus.CANCELLED, changed_ago=old),
+        batch(BatchStatus.FAILED, changed_ago=old, recipients=0),
+    ]
+    LaneProgress.objects.create(batch=gone[0], claim="lane:1", sent=5)
+    marker = gone[0].recipients.first()
+    event = FeedbackEvent.objects.create(
+        event_id="e1",
+        kind=FeedbackEvent.Kind.COMPLAINT,
+        source="webhook",
+        address=marker.address,
+        batch=gone[0],
+        recipient=marker,
+    )
+    suppression = Suppression.objects.create(
+        address=marker.address, reason="complaint", source="webhook", batch=gone[0]
+    )
+    kept = [
+        batch(BatchStatus.COMPLETED, changed_ago=recent),
+        # Positive conditions: whatever their age, unfinished batches are never selected.
+        *(
+            batch(status, changed_ago=400 * DAY)
+            for status in (
+                BatchStatus.DRAFT,
+                BatchStatus.SCHEDULED,
+                BatchStatus.SENDING,
+                BatchStatus.PAUSED,
+            )
+        ),
+    ]
+
+    run = prune(T0)
+
+    assert not any(exists(row) for row in gone)
+    assert not Recipient.objects.filter(batch_id__in=[row.pk for row in gone]).exists()
+    assert not LaneProgress.objects.exists()
+    assert all(exists(row) and row.recipients.count() == 2 for row in kept)
+    event.refresh_from_db()
+    suppression.refresh_from_db()
+    # The record of the complaint, and the suppression it made, outlive the send.
+    assert (event.address, event.batch_id, event.recipient_id) == (marker.address, None, None)
+    assert (suppression.address, suppression.batch_id) == (marker.address, None)
+    assert (run.counts["recipients"], run.counts["batches"]) == (7, 3)
+
+
+@pytest.mark.django_db
+@override_settings(SCHEDULER_APP={"RETENTION_BATCHES_DAYS": 60, "PRUNE_MAX_ROWS": 4})
+def test_the_breaker_counts_a_batch_and_its_recipients():
+    finished = batch(BatchStatus.COMPLETED, changed_ago=61 * DAY, recipients=4)
+    run = prune(T0)
+    assert run.outcome == PruneRun.Outcome.REFUSED
+    assert (run.counts["recipients"], run.counts["batches"]) == (4, 1)
+    assert exists(finished) and finished.recipients.count() == 4
+
+
+@pytest.mark.django_db
+def test_a_seed_send_to_a_batch_retention_deleted_sends_nothing():
+    finished = finished_with_a_seed_list()
+    with override_settings(SCHEDULER_APP={"RETENTION_BATCHES_DAYS": 60}):
+        prune(T0)
+    with pytest.raises(BatchStateError, match="This batch was deleted"):
+        seed_send(finished)  # an admin page opened before the prune
+    assert not Recipient.objects.exists()
 
 
 @pytest.mark.django_db
