@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import time
 from collections.abc import Iterable, Iterator
 
 from django.db import OperationalError
@@ -42,6 +41,8 @@ from django.db import OperationalError
 from scheduler_app import clock, database
 from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
+from scheduler_app.db.postgresql import partitioning
+from scheduler_app.db.postgresql.partitioning import locked, on_table
 from scheduler_app.models import Job, JobAttempt, ScheduleOccurrence, SyncCursor
 from scheduler_app.models.jobs import HISTORY_KEY
 
@@ -51,8 +52,6 @@ JOB = Job._meta.db_table
 HOT = JOB + "_hot"
 OVERFLOW = JOB + "_overflow"
 PARTITION_PREFIX = JOB + "_p"
-#: The sequence job ids come from (as migrate names an identity column's).
-ID_SEQUENCE = JOB + "_id_seq"
 #: The job table's indexes of pending and running jobs only (Job.Meta): a table of
 #: ended jobs is made without them (see _history_table).
 UNFINISHED_INDEXES = frozenset(
@@ -67,15 +66,9 @@ UNFINISHED_INDEXES = frozenset(
 #: The statuses of ended jobs, and the CHECK that a history partition holds only those.
 ENDED = "(%s)" % ", ".join("'%s'" % status for status in Job.FINISHED)
 ENDED_CHECK = "scheduler_job_ended"
-#: Where _history_indexes() statements name their table (not a valid identifier).
-TABLE_PLACEHOLDER = "<table>"
 #: The hot partition's constraint as a CHECK, validated before the conversion attaches the
 #: table, so that attaching it reads no row (PostgreSQL proves it from the CHECK).
 HOT_CHECK = "scheduler_job_hot"
-#: How long a DDL statement on the job table may wait for its lock: the claim loop's
-#: statements queue behind a waiting one. A maintenance step that times out is retried.
-LOCK_TIMEOUT = "500ms"
-LOCK_TRIES = 20
 
 
 class NotSupported(Exception):
@@ -89,29 +82,6 @@ class Partition:
     name: str
     start: dt.datetime
     end: dt.datetime
-
-    def rows(self) -> int:
-        """Return how many jobs the partition holds (counted: it reads the partition)."""
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM %s" % self.name)
-            return cursor.fetchone()[0]
-
-
-def jobs_in(expired: list[Partition]) -> int:
-    """Return how many jobs the partitions hold, from PostgreSQL's statistics of each
-    (``pg_class.reltuples``, which autovacuum keeps: exact after a VACUUM that read every
-    page once the interval ended, an estimate after an ANALYZE), counted for one that has
-    none yet (never vacuumed nor analyzed). Retention's audit figure for what a drop
-    removes: it does not read the rows, so a drop costs the same whatever it holds."""
-    jobs = 0
-    with connection.cursor() as cursor:
-        for partition in expired:
-            cursor.execute(
-                "SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [partition.name]
-            )
-            estimate = cursor.fetchone()[0]
-            jobs += round(estimate) if estimate >= 0 else partition.rows()
-    return jobs
 
 
 def moved_meanwhile(exc: OperationalError) -> bool:
@@ -131,14 +101,7 @@ def migrates_here(schema_editor) -> bool:
 
 def is_partitioned() -> bool:
     """Return whether the job table is partitioned (always False on SQLite)."""
-    if connection.vendor != "postgresql":
-        return False
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = %s::regclass)",
-            [JOB],
-        )
-        return cursor.fetchone()[0]
+    return partitioning.is_partitioned(JOB)
 
 
 def interval() -> dt.timedelta:
@@ -172,17 +135,17 @@ def convert() -> list[Partition]:
                 [JOB, HOT_CHECK],
             )
             if cursor.fetchone() is None:
-                _locked(
+                locked(
                     "ALTER TABLE %s ADD CONSTRAINT %s CHECK (%s IS NOT NULL AND %s >= "
                     "'infinity'::timestamptz) NOT VALID"
                     % (JOB, HOT_CHECK, HISTORY_KEY, HISTORY_KEY)
                 )
             cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (JOB, HOT_CHECK))
-        sequence, identity = _id_sequence(JOB)
+        sequence, identity = partitioning.id_sequence(JOB)
         indexes = _history_indexes(JOB)
         now = _start_of(clock.now())
         first = [_partition(now), _partition(now + interval())]
-        _locked(
+        locked(
             "ALTER TABLE %s RENAME TO %s" % (JOB, HOT),
             "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
             " PARTITION BY RANGE (%s)" % (JOB, HOT, HISTORY_KEY),
@@ -199,7 +162,7 @@ def convert() -> list[Partition]:
                 for partition in first
                 for statement in (*_history_table(partition.name, indexes), _attach(partition))
             ),
-            *_ids_owned_by_the_job_table(sequence, identity=identity),
+            *partitioning.ids_owned_by(JOB, HOT, sequence, identity=identity),
         )
         logger.info("partitioned table=%s hot=%s", JOB, HOT)
         return first + ensure_partitions()
@@ -209,51 +172,13 @@ def convert() -> list[Partition]:
 def own_id_sequence() -> None:
     """Have the partitioned job table's id column own the sequence job ids come from, if
     a conversion before migration 0034 left them coming from the hot partition's identity
-    sequence (which Django's sequence reset cannot find: see _ids_owned_by_the_job_table).
+    sequence (which Django's sequence reset cannot find: see partitioning.ids_owned_by).
     Does nothing on a table that is not partitioned, or whose id column owns it already."""
-    if not is_partitioned() or _id_sequence(JOB)[0] is not None:
+    if not is_partitioned() or partitioning.id_sequence(JOB)[0] is not None:
         return
-    sequence, identity = _id_sequence(HOT)
-    _locked(*_ids_owned_by_the_job_table(sequence, identity=identity))
+    sequence, identity = partitioning.id_sequence(HOT)
+    locked(*partitioning.ids_owned_by(JOB, HOT, sequence, identity=identity))
     logger.info("job ids now from a sequence table=%s owns", JOB)
-
-
-def _id_sequence(table: str) -> tuple[str | None, bool]:
-    """Return (the sequence ``table``'s id column owns, if any; whether it is an identity
-    column)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_get_serial_sequence(%s, 'id'), attidentity <> '' FROM pg_attribute"
-            " WHERE attrelid = %s::regclass AND attname = 'id'",
-            [table, table],
-        )
-        return cursor.fetchone()
-
-
-def _ids_owned_by_the_job_table(sequence: str, *, identity: bool) -> list[str]:
-    """Return the statements, run once the hot partition is attached, after which job ids
-    come from a sequence the partitioned table's id column owns, at ``sequence``'s value.
-
-    Django resets a table's sequence (loaddata, sqlsequencereset, flush) through
-    pg_get_serial_sequence() of its id column; the table as migrate made it draws ids
-    from an identity sequence, which no other table's column can own. So, on the hot
-    partition's identity column: a new sequence at the identity's value becomes the
-    default of both tables, the identity (and its sequence) goes, and the new sequence
-    takes the name migrate gave it. A plain sequence (a table put back by revert()) is
-    just re-owned.
-    """
-    if not identity:
-        return ["ALTER SEQUENCE %s OWNED BY %s.id" % (sequence, JOB)]
-    new = ID_SEQUENCE + "_new"
-    return [
-        "CREATE SEQUENCE %s AS bigint" % new,
-        "SELECT setval('%s', last_value, is_called) FROM %s" % (new, sequence),
-        "ALTER TABLE ONLY %s ALTER COLUMN id SET DEFAULT nextval('%s'::regclass)" % (JOB, new),
-        "ALTER TABLE %s ALTER COLUMN id DROP IDENTITY" % HOT,
-        "ALTER TABLE %s ALTER COLUMN id SET DEFAULT nextval('%s'::regclass)" % (HOT, new),
-        "ALTER SEQUENCE %s RENAME TO %s" % (new, ID_SEQUENCE),
-        "ALTER SEQUENCE %s OWNED BY %s.id" % (ID_SEQUENCE, JOB),
-    ]
 
 
 def revert() -> None:
@@ -269,8 +194,8 @@ def revert() -> None:
     """
     if not is_partitioned():
         return
-    sequence = _id_sequence(JOB)[0]
-    _locked(
+    sequence = partitioning.id_sequence(JOB)[0]
+    locked(
         # A moved row is inserted again: its foreign keys' deferred checks would be left
         # pending, and a table with pending trigger events cannot be altered.
         "SET CONSTRAINTS ALL IMMEDIATE",
@@ -299,49 +224,17 @@ def _history_table(table: str, indexes: list[str]) -> list[str]:
         "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS, CONSTRAINT %s CHECK (status IN %s))"
         % (table, HOT, ENDED_CHECK, ENDED),
         "ALTER TABLE %s DROP CONSTRAINT %s" % (table, HOT_CHECK),
-        *(statement.replace(TABLE_PLACEHOLDER, table) for statement in indexes),
+        *on_table(indexes, table),
     ]
 
 
 def _history_indexes(source: str) -> list[str]:
     """Return the statements that make the indexes of ``source`` (the hot partition, or the
     job table before the conversion) that a table for ended jobs copies: all but
-    UNFINISHED_INDEXES; each names TABLE_PLACEHOLDER for its table."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, pg_get_indexdef(i.indexrelid), pg_get_constraintdef(con.oid)"
-            " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-            " LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid"
-            " AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u')"
-            " WHERE i.indrelid = %s::regclass ORDER BY c.relname",
-            [source],
-        )
-        rows = cursor.fetchall()
-    indexes = []
-    for name, definition, constraint in rows:
-        if name in UNFINISHED_INDEXES:
-            continue
-        # A partition's index name: the table's and what the hot one's says, as LIKE's.
-        own = "%s_%s" % (
-            TABLE_PLACEHOLDER,
-            name.removeprefix("scheduler_job_").removeprefix(JOB + "_"),
-        )
-        if constraint:  # the primary key, or a unique constraint
-            statement = "ALTER TABLE %s ADD CONSTRAINT %s %s" % (
-                TABLE_PLACEHOLDER,
-                own,
-                constraint,
-            )
-        else:  # CREATE [UNIQUE] INDEX name ON schema.table USING ...
-            head, _, using = definition.partition(" USING ")
-            statement = "%s INDEX %s ON %s USING %s" % (
-                head.split(" INDEX ")[0],
-                own,
-                TABLE_PLACEHOLDER,
-                using,
-            )
-        indexes.append(statement)
-    return indexes
+    UNFINISHED_INDEXES (see partitioning.copied_indexes)."""
+    return partitioning.copied_indexes(
+        source, prefixes=("scheduler_job_", JOB + "_"), skip=UNFINISHED_INDEXES
+    )
 
 
 def history_partitions() -> list[Partition]:
@@ -412,7 +305,7 @@ def _make_partitions(
         if indexes is None:
             indexes = _history_indexes(HOT)
         # One transaction, one commit; the job table's lock only for the attach, at its end.
-        _locked(
+        locked(
             "DROP TABLE IF EXISTS %s" % partition.name,  # a try cut short
             *_history_table(partition.name, indexes),
             _attach(partition),
@@ -524,23 +417,6 @@ def drop(partition: Partition) -> bool:
             "UPDATE %s SET job_id = NULL WHERE %s" % (model._meta.db_table, within)
             for model in (ScheduleOccurrence, SyncCursor)
         )
-    _locked(*statements, "DROP TABLE %s" % partition.name)
+    locked(*statements, "DROP TABLE %s" % partition.name)
     logger.info("history partition dropped name=%s", partition.name)
     return True
-
-
-def _locked(*statements: str) -> None:
-    """Run ``statements`` in one transaction that waits at most LOCK_TIMEOUT for a lock;
-    try again (LOCK_TRIES in all) while a lock is what it waited for."""
-    for attempt in range(1, LOCK_TRIES + 1):
-        try:
-            with database.atomic(), connection.cursor() as cursor:
-                cursor.execute("SET LOCAL lock_timeout = '%s'" % LOCK_TIMEOUT)
-                for statement in statements:
-                    cursor.execute(statement)
-            return
-        except OperationalError as exc:
-            if getattr(exc.__cause__, "sqlstate", None) != "55P03" or attempt == LOCK_TRIES:
-                raise
-            logger.warning("partition maintenance waited for a lock, trying again: %s", exc)
-            time.sleep(0.1 * attempt)

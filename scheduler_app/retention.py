@@ -45,6 +45,7 @@ from scheduler_app.alerts.memory import remember_pruned
 from scheduler_app.alerts.store import open_alert
 from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
+from scheduler_app.db.postgresql.partitioning import estimated_rows
 from scheduler_app.exceptions import PruneRefused
 from scheduler_app.models import (
     Alert,
@@ -349,7 +350,7 @@ def qualifying(
 ) -> dict[str, int]:
     """Return kind -> rows (or files) that qualify, each counted up to ``limit``; with
     ``history`` (the job table is partitioned), the jobs of the expired partitions as
-    PARTITIONED_JOBS, from the statistics (partitions.jobs_in), and the ended jobs of the
+    PARTITIONED_JOBS, from the statistics (partitioning.estimated_rows), and the ended jobs of the
     hot partition that would move into history as MOVED_JOBS."""
     counts = {}
     for kind in KINDS:
@@ -362,7 +363,7 @@ def qualifying(
             counts[kind.name] = rows.order_by()[:limit].count()
     if history is not None:
         if "jobs" in cutoffs:
-            counts[PARTITIONED_JOBS] = partitions.jobs_in(history.expired)
+            counts[PARTITIONED_JOBS] = estimated_rows([p.name for p in history.expired])
         counts[MOVED_JOBS] = partitions.history_to_move(history.move_since, limit=limit)
     if REPORTS in cutoffs:
         counts[REPORTS] = len(_old_reports(cutoffs[REPORTS])[:limit])

@@ -291,7 +291,9 @@ def test_migrate_has_a_table_partitioned_before_0034_own_its_ids_sequence(partit
             "DROP SEQUENCE {seq}",
         ):
             cursor.execute(
-                statement.format(hot=partitions.HOT, job=partitions.JOB, seq=partitions.ID_SEQUENCE)
+                statement.format(
+                    hot=partitions.HOT, job=partitions.JOB, seq=partitions.JOB + "_id_seq"
+                )
             )
     assert id_sequence() is None
 
@@ -299,7 +301,7 @@ def test_migrate_has_a_table_partitioned_before_0034_own_its_ids_sequence(partit
         MIGRATION_0034.own_id_sequence(None, editor)
         MIGRATION_0034.own_id_sequence(None, editor)  # again: nothing to do
 
-    assert id_sequence() == "public." + partitions.ID_SEQUENCE
+    assert id_sequence() == "public.%s_id_seq" % partitions.JOB
     assert schedule("tests.noop").pk == before + 1
 
 

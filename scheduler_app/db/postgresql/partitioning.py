@@ -1,0 +1,150 @@
+"""The DDL that partitioned tables share (job history: scheduler_app.partitions; recipients:
+scheduler_app.recipient_partitions): maintenance statements that wait briefly for their
+locks, the ids' sequence, copied indexes, and row counts from the statistics."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from django.db import OperationalError
+
+from scheduler_app import database
+from scheduler_app.database import connection
+
+logger = logging.getLogger("scheduler_app.partitions")
+
+#: How long a DDL statement on a busy table may wait for its lock: the workers'
+#: statements queue behind a waiting one. A maintenance step that times out is retried.
+LOCK_TIMEOUT = "500ms"
+LOCK_TRIES = 20
+#: Where copied_indexes() statements name their table (not a valid identifier).
+TABLE_PLACEHOLDER = "<table>"
+
+
+def is_partitioned(table: str) -> bool:
+    """Return whether ``table`` is a partitioned table (always False on SQLite)."""
+    if connection.vendor != "postgresql":
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = %s::regclass)",
+            [table],
+        )
+        return cursor.fetchone()[0]
+
+
+def locked(*statements: str) -> None:
+    """Run ``statements`` in one transaction that waits at most LOCK_TIMEOUT for a lock;
+    try again (LOCK_TRIES in all) while a lock is what it waited for."""
+    for attempt in range(1, LOCK_TRIES + 1):
+        try:
+            with database.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '%s'" % LOCK_TIMEOUT)
+                for statement in statements:
+                    cursor.execute(statement)
+            return
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != "55P03" or attempt == LOCK_TRIES:
+                raise
+            logger.warning("partition maintenance waited for a lock, trying again: %s", exc)
+            time.sleep(0.1 * attempt)
+
+
+def id_sequence(table: str) -> tuple[str | None, bool]:
+    """Return (the sequence ``table``'s id column owns, if any; whether it is an identity
+    column)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_serial_sequence(%s, 'id'), attidentity <> '' FROM pg_attribute"
+            " WHERE attrelid = %s::regclass AND attname = 'id'",
+            [table, table],
+        )
+        return cursor.fetchone()
+
+
+def ids_owned_by(parent: str, partition: str, sequence: str, *, identity: bool) -> list[str]:
+    """Return the statements, run once ``partition`` (the table as migrate made it) is
+    attached to ``parent``, after which ids come from a sequence ``parent``'s id column
+    owns, at ``sequence``'s value, named as migrate names an identity column's.
+
+    Django resets a table's sequence (loaddata, sqlsequencereset, flush) through
+    pg_get_serial_sequence() of its id column; the table as migrate made it draws ids
+    from an identity sequence, which no other table's column can own. So, on the
+    partition's identity column: a new sequence at the identity's value becomes the
+    default of both tables, the identity (and its sequence) goes, and the new sequence
+    takes the name. A plain sequence (a table put back as one) is just re-owned.
+    """
+    if not identity:
+        return ["ALTER SEQUENCE %s OWNED BY %s.id" % (sequence, parent)]
+    name = parent + "_id_seq"
+    new = name + "_new"
+    return [
+        "CREATE SEQUENCE %s AS bigint" % new,
+        "SELECT setval('%s', last_value, is_called) FROM %s" % (new, sequence),
+        "ALTER TABLE ONLY %s ALTER COLUMN id SET DEFAULT nextval('%s'::regclass)" % (parent, new),
+        "ALTER TABLE %s ALTER COLUMN id DROP IDENTITY" % partition,
+        "ALTER TABLE %s ALTER COLUMN id SET DEFAULT nextval('%s'::regclass)" % (partition, new),
+        "ALTER SEQUENCE %s RENAME TO %s" % (new, name),
+        "ALTER SEQUENCE %s OWNED BY %s.id" % (name, parent),
+    ]
+
+
+def copied_indexes(source: str, *, prefixes: tuple[str, ...], skip=frozenset()) -> list[str]:
+    """Return the statements that make the indexes of ``source`` but those named in
+    ``skip`` on another table, which they name TABLE_PLACEHOLDER: each index named as
+    CREATE TABLE ... LIKE names it, the table's name and what the source's says after
+    the first of ``prefixes`` it starts with."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_indexdef(i.indexrelid), pg_get_constraintdef(con.oid)"
+            " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid"
+            " AND con.conrelid = i.indrelid AND con.contype IN ('p', 'u')"
+            " WHERE i.indrelid = %s::regclass ORDER BY c.relname",
+            [source],
+        )
+        rows = cursor.fetchall()
+    indexes = []
+    for name, definition, constraint in rows:
+        if name in skip:
+            continue
+        suffix = next(
+            (name.removeprefix(prefix) for prefix in prefixes if name.startswith(prefix)), name
+        )
+        own = "%s_%s" % (TABLE_PLACEHOLDER, suffix)
+        if constraint:  # the primary key, or a unique constraint
+            statement = "ALTER TABLE %s ADD CONSTRAINT %s %s" % (TABLE_PLACEHOLDER, own, constraint)
+        else:  # CREATE [UNIQUE] INDEX name ON schema.table USING ...
+            head, _, using = definition.partition(" USING ")
+            statement = "%s INDEX %s ON %s USING %s" % (
+                head.split(" INDEX ")[0],
+                own,
+                TABLE_PLACEHOLDER,
+                using,
+            )
+        indexes.append(statement)
+    return indexes
+
+
+def on_table(statements: list[str], table: str) -> list[str]:
+    """Return ``statements`` (from copied_indexes()) for ``table``."""
+    return [statement.replace(TABLE_PLACEHOLDER, table) for statement in statements]
+
+
+def estimated_rows(tables: list[str]) -> int:
+    """Return how many rows ``tables`` hold, from PostgreSQL's statistics of each
+    (``pg_class.reltuples``, which autovacuum keeps: exact after a VACUUM that read every
+    page, an estimate after an ANALYZE), counted for one that has none yet (never
+    vacuumed nor analyzed). Retention's audit figure for what a drop removes: it does
+    not read the rows, so a drop costs the same whatever it holds."""
+    rows = 0
+    with connection.cursor() as cursor:
+        for table in tables:
+            cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [table])
+            estimate = cursor.fetchone()[0]
+            if estimate < 0:
+                cursor.execute("SELECT count(*) FROM %s" % table)
+                estimate = cursor.fetchone()[0]
+            rows += round(estimate)
+    return rows
