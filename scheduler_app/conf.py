@@ -432,7 +432,9 @@ DESCRIPTIONS: dict[str, str] = {
     "RETENTION_BATCHES_DAYS": (
         "Days after a batch finished (completed, cancelled or failed) after which the batch "
         "goes, with its recipients (the sent markers, and with them the unsubscribe links "
-        "of its messages) and its lanes' progress. `None` keeps them."
+        "of its messages) and its lanes' progress. With partitioned recipients "
+        "(PostgreSQL), a partition of them goes whole once every batch with recipients in "
+        "it qualifies. `None` keeps them."
     ),
     "RETENTION_DRY_RUN_REPORTS_DAYS": (
         "Days to keep dry-run report files, except the latest report of a batch that has "
@@ -454,23 +456,25 @@ DESCRIPTIONS: dict[str, str] = {
         "`None` switches it off."
     ),
     "PARTITIONED_HISTORY": (
-        "On PostgreSQL, whether `migrate` partitions the job table while it is empty (a "
-        "new install; migration 0033), so that retention drops finished jobs by whole "
-        "partitions. An install whose job table holds rows keeps one table until "
-        "`scheduler_partition` converts it online. `False` keeps one table; SQLite always "
-        "does."
+        "On PostgreSQL, whether `migrate` partitions the job and recipient tables while "
+        "they are empty (a new install; migrations 0033 and 0035), so that retention drops "
+        "finished jobs, and finished batches' recipients, by whole partitions. An install "
+        "whose tables hold rows keeps one table each until `scheduler_partition` converts "
+        "them online. `False` keeps one table each; SQLite always does."
     ),
     "HISTORY_PARTITION_MINUTES": (
         "With partitioned job history (PostgreSQL: a new install, or after "
         "`scheduler_partition`): the minutes of finish times one history partition holds, "
         "aligned to UTC (1440: a day). Retention drops a partition once all of it is past "
         "the cutoff, so finished jobs are kept up to this much longer than "
-        "`RETENTION_JOBS_DAYS`."
+        "`RETENTION_JOBS_DAYS`. A partition of recipients is made as wide as the batches "
+        "created in this long."
     ),
     "HISTORY_PARTITIONS_AHEAD": (
-        "With partitioned job history: how many partitions after the current one "
-        "`scheduler_partition` and each prune make ahead. Jobs that finish in an interval "
-        "without its partition go to the overflow partition, whose rows retention deletes "
+        "With partitioned history: how many partitions after the current one "
+        "`scheduler_partition` and each prune make ahead, of jobs and of recipients. Jobs "
+        "that finish in an interval without its partition, and recipients of batches past "
+        "the partitions made, go to an overflow partition, whose rows retention deletes "
         "one by one."
     ),
     "DATABASE": (

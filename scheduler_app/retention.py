@@ -24,7 +24,11 @@ each dropped whole (counted as ``jobs_in_partitions``, outside the breaker, whic
 counts rows deleted one by one); what is left in the hot and overflow partitions is
 deleted row by row as above, and the hot partition's jobs that ended outside the
 worker's finish within the retention move into history (``jobs_moved_to_history``).
-Each real run first makes the partitions ahead.
+With partitioned recipients (scheduler_app.recipient_partitions), the partitions of
+ranges of batches all of whose batches with recipients finished before the cutoff are
+dropped whole (``recipients_in_partitions``); the recipients of finished batches in the
+before and overflow partitions are deleted row by row. Each real run first makes the
+partitions ahead.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any
 from django.core.files.storage import default_storage
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from scheduler_app import clock, database, partitions
+from scheduler_app import clock, database, partitions, recipient_partitions
 from scheduler_app.alerts.links import admin_link
 from scheduler_app.alerts.memory import remember_pruned
 from scheduler_app.alerts.store import open_alert
@@ -186,6 +190,28 @@ def _count_jobs_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
     )
 
 
+def _prune_recipients_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
+    from scheduler_app.db.postgresql import prune_recipients
+
+    removed = 0
+    for table in recipient_partitions.row_by_row_tables():
+        removed += prune_recipients(
+            batches=finished_batches(cutoff), limit=limit - removed, table=table
+        )
+        if removed == limit:
+            break
+    return removed
+
+
+def _count_recipients_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
+    from scheduler_app.db.postgresql import count_recipients
+
+    return sum(
+        count_recipients(batches=finished_batches(cutoff), limit=limit, table=table)
+        for table in recipient_partitions.row_by_row_tables()
+    )
+
+
 def _job_tables() -> tuple[str, ...]:
     """Return the tables whose finished jobs are deleted row by row: the job table, or,
     with partitioned history, its hot and overflow partitions."""
@@ -224,6 +250,8 @@ KINDS = (
         setting="RETENTION_BATCHES_DAYS",
         candidates=_recipients_of_finished_batches,
         apply=_delete(Recipient),  # their feedback events keep the address, unlinked
+        on_postgresql=_prune_recipients_on_postgresql,
+        count_on_postgresql=_count_recipients_on_postgresql,
     ),
     Kind(
         name="batches",
@@ -258,6 +286,8 @@ REPORTS = "dry_run_reports"
 SETTINGS = {kind.name: kind.setting for kind in KINDS} | {REPORTS: "RETENTION_DRY_RUN_REPORTS_DAYS"}
 #: The count of the finished jobs that went with whole history partitions.
 PARTITIONED_JOBS = "jobs_in_partitions"
+#: The count of the recipients of finished batches that went with whole partitions.
+PARTITIONED_RECIPIENTS = "recipients_in_partitions"
 #: The count of the finished jobs a run moved from the hot partition into history
 #: partitions (those that ended outside the worker's finish): moved, not removed.
 MOVED_JOBS = "jobs_moved_to_history"
@@ -287,14 +317,15 @@ def prune(
     cutoffs = cutoffs_for(reference_time)
     try:
         history = History.read(cutoffs, make_ahead=not dry_run)
+        sent = SentHistory.read(cutoffs, make_ahead=not dry_run)
         # Counted up to one past the breaker: the count costs at most max_rows index entries.
-        counts = qualifying(cutoffs, limit=max_rows + 1, history=history)
+        counts = qualifying(cutoffs, limit=max_rows + 1, history=history, sent=sent)
         if dry_run:
             _finish(run, PruneRun.Outcome.DRY_RUN, counts, "")
         elif rows_one_by_one(counts) > max_rows:
             _refuse(run, counts)
         else:
-            done = _remove(cutoffs, counts, max_rows, history)
+            done = _remove(cutoffs, counts, max_rows, history, sent)
             _finish(run, PruneRun.Outcome.PRUNED, done, "")
     except Exception as exc:
         _finish(run, PruneRun.Outcome.FAILED, run.counts, "%s: %s" % (type(exc).__name__, exc))
@@ -342,16 +373,41 @@ class History:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class SentHistory:
+    """A run's work on partitioned recipients (scheduler_app.recipient_partitions)."""
+
+    #: The partitions all of whose batches with recipients finished before the batches'
+    #: cutoff, dropped whole (none while batches are kept forever).
+    expired: list[recipient_partitions.Partition]
+
+    @classmethod
+    def read(cls, cutoffs: dict[str, dt.datetime], *, make_ahead: bool) -> SentHistory | None:
+        """Return the run's work on the recipients, None if their table is not
+        partitioned; with ``make_ahead``, make the partitions ahead first."""
+        if connection.vendor != "postgresql" or not recipient_partitions.is_partitioned():
+            return None
+        if make_ahead:
+            recipient_partitions.ensure_partitions()
+        cutoff = cutoffs.get("recipients")
+        if cutoff is None:
+            return cls(expired=[])
+        return cls(expired=recipient_partitions.expired(finished_batches(cutoff)))
+
+
 def qualifying(
     cutoffs: dict[str, dt.datetime],
     *,
     limit: int,
     history: History | None = None,
+    sent: SentHistory | None = None,
 ) -> dict[str, int]:
     """Return kind -> rows (or files) that qualify, each counted up to ``limit``; with
     ``history`` (the job table is partitioned), the jobs of the expired partitions as
-    PARTITIONED_JOBS, from the statistics (partitioning.estimated_rows), and the ended jobs of the
-    hot partition that would move into history as MOVED_JOBS."""
+    PARTITIONED_JOBS, from the statistics (partitioning.estimated_rows), and the ended
+    jobs of the hot partition that would move into history as MOVED_JOBS; with ``sent``
+    (the recipient table is partitioned), the recipients of its expired partitions as
+    PARTITIONED_RECIPIENTS."""
     counts = {}
     for kind in KINDS:
         if kind.name not in cutoffs:
@@ -365,6 +421,8 @@ def qualifying(
         if "jobs" in cutoffs:
             counts[PARTITIONED_JOBS] = estimated_rows([p.name for p in history.expired])
         counts[MOVED_JOBS] = partitions.history_to_move(history.move_since, limit=limit)
+    if sent is not None and "recipients" in cutoffs:
+        counts[PARTITIONED_RECIPIENTS] = estimated_rows([p.name for p in sent.expired])
     if REPORTS in cutoffs:
         counts[REPORTS] = len(_old_reports(cutoffs[REPORTS])[:limit])
     return counts
@@ -375,6 +433,7 @@ def _remove(
     counts: dict[str, int],
     budget: int,
     history: History | None,
+    sent: SentHistory | None,
 ) -> dict:
     if counts.get("jobs") or counts.get("occurrences") or (history and history.expired):
         # Before anything goes: the absent and suspicious-success rules still need it.
@@ -385,6 +444,8 @@ def _remove(
             partitions.drop(partition)
         # Counted by qualifying() for the same cutoff: the drops read no rows.
         done[PARTITIONED_JOBS] = counts[PARTITIONED_JOBS]
+    if sent is not None and "recipients" in cutoffs:
+        done[PARTITIONED_RECIPIENTS] = _drop_recipients(sent, cutoffs["recipients"])
     for kind in KINDS:
         if kind.name in cutoffs:
             left = budget - rows_one_by_one(done)
@@ -400,10 +461,27 @@ def _remove(
     return done
 
 
+def _drop_recipients(sent: SentHistory, cutoff: dt.datetime) -> int:
+    """Drop the expired partitions of recipients (each checked again as it goes: a batch
+    frozen meanwhile keeps its partition); return the recipients they held, from the
+    statistics."""
+    dropped = 0
+    for partition in sent.expired:
+        rows = estimated_rows([partition.name])
+        if recipient_partitions.drop(partition, finished_batches(cutoff)):
+            dropped += rows
+    return dropped
+
+
+#: The counts of rows that go with whole partitions, or are moved: outside the breaker.
+NOT_ONE_BY_ONE = (PARTITIONED_JOBS, MOVED_JOBS, PARTITIONED_RECIPIENTS)
+
+
 def rows_one_by_one(counts: dict[str, int]) -> int:
     """Return the rows (and files) of ``counts`` removed one by one: what the breaker
-    counts, all but the jobs that go with whole partitions and those moved."""
-    return sum(counts.values()) - counts.get(PARTITIONED_JOBS, 0) - counts.get(MOVED_JOBS, 0)
+    counts, all but the jobs and recipients that go with whole partitions and the jobs
+    moved."""
+    return sum(counts.values()) - sum(counts.get(name, 0) for name in NOT_ONE_BY_ONE)
 
 
 def _move_to_history(since: dt.datetime, counted: int, limit: int) -> int:

@@ -62,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
         elif PARTITIONED and "plain_job_table" in item.keywords:
             item.add_marker(
                 pytest.mark.skip(
-                    reason="reads the job table's own storage: runs with "
+                    reason="reads the job or recipient table's own storage: runs with "
                     "SCHEDULER_TEST_PLAIN_JOB_TABLE=1 (its own step in .ci/run)"
                 )
             )

@@ -161,8 +161,9 @@ if "SCHEDULER_TEST_LISTEN_DATABASE" in env:
     if SCHEDULER_APP["LISTEN_DATABASE"]:
         DATABASES.setdefault(SCHEDULER_APP["LISTEN_DATABASE"], dict(DATABASES["default"]))
 
-# SCHEDULER_TEST_PLAIN_JOB_TABLE=1: the test database's job table stays one table, as an
-# install's that holds rows does until scheduler_partition converts it (.ci/run's own step).
+# SCHEDULER_TEST_PLAIN_JOB_TABLE=1: the test database's job and recipient tables stay one
+# table each, as an install's that holds rows do until scheduler_partition converts them
+# (.ci/run's own step).
 if env.bool("SCHEDULER_TEST_PLAIN_JOB_TABLE", False):
     SCHEDULER_APP["PARTITIONED_HISTORY"] = False
 

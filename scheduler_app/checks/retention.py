@@ -1,5 +1,5 @@
 """Retention: the RETENTION_*, PRUNE_* and *HISTORY* settings (E054-E057, W058), and relations
-to Job the PostgreSQL prune cannot honour (E059)."""
+to Job and Recipient that the PostgreSQL prune and partitions cannot honour (E059, E065)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db.models import DO_NOTHING
 
 from scheduler_app.conf import app_settings, is_number
-from scheduler_app.models import Job
+from scheduler_app.models import Job, Recipient
 from scheduler_app.schedules.recurrence import CronError, check_cron
 
 #: Retention settings: a number of days > 0, or None to keep forever (check E054).
@@ -112,11 +112,47 @@ def check_job_relations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
             obj=field,
             id="scheduler_app.E059",
         )
+        for field in _relations_to(Job, app_configs)
+    ]
+
+
+@register(Tags.models)
+def check_recipient_relations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a project's foreign key to Recipient but a DO_NOTHING one without a
+    constraint (E065), with partitioned recipients or their retention.
+
+    A partitioned recipient table has no unique id alone for a constraint to point at
+    (the new partitions' rows would fail it), and retention deletes recipients with one
+    statement, or drops them a partition at a time, ignoring on_delete.
+    """
+    if app_settings.RETENTION_BATCHES_DAYS is None and not app_settings.PARTITIONED_HISTORY:
+        return []
+    return [
+        Error(
+            "A relation to scheduler_app.Recipient that partitioned recipients and their "
+            "retention cannot honour: on PostgreSQL the recipient table is partitioned by "
+            "batch (no constraint can point at its rows) and finished batches' recipients "
+            "are dropped a partition at a time, which ignores on_delete.",
+            hint="Declare it with on_delete=models.DO_NOTHING and db_constraint=False (a "
+            "pruned recipient leaves its id behind), or keep the recipient's id in a plain "
+            "integer field.",
+            obj=field,
+            id="scheduler_app.E065",
+        )
+        for field in _relations_to(Recipient, app_configs)
+    ]
+
+
+def _relations_to(model: type, app_configs: Any) -> list[Any]:
+    """Return the fields of projects' models (not scheduler_app's) that relate to ``model``
+    with a database constraint or an on_delete other than DO_NOTHING."""
+    return [
+        field
         for app_config in app_configs or apps.get_app_configs()
         if app_config.name != "scheduler_app"
-        for model in app_config.get_models(include_auto_created=True)
-        for field in model._meta.local_fields
+        for model_class in app_config.get_models(include_auto_created=True)
+        for field in model_class._meta.local_fields
         if field.is_relation
-        and field.related_model is Job
+        and field.related_model is model
         and (field.db_constraint or field.remote_field.on_delete is not DO_NOTHING)
     ]

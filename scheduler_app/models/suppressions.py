@@ -104,12 +104,15 @@ class FeedbackEvent(models.Model):
         on_delete=models.SET_NULL,
         related_name="feedback_events",
     )
+    # No database constraint: a partitioned recipient table (scheduler_app.recipient_partitions)
+    # has no unique id alone for it to point at; the ORM's on_delete still applies.
     recipient = models.ForeignKey(
         "scheduler_app.Recipient",
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        db_constraint=False,
     )
     # db_default: workers of the previous release insert rows without this column.
     message = models.CharField(

@@ -85,7 +85,7 @@ class Charges:
         """Charge the next group of an idempotent provider's recipients in one statement."""
         group = recipient_ids[: self.group_size]
         attempts = backend().begin_recipients(
-            recipient_ids=group, claim=self.claim, claim_for=self.claim_for
+            recipient_ids=group, batch_id=self.batch_id, claim=self.claim, claim_for=self.claim_for
         )
         self.begun = {recipient_id: attempts.get(recipient_id) for recipient_id in group}
         self.group_size = min(self.group_size * 2, BEGIN_GROUP_MAX)

@@ -37,7 +37,8 @@ class ClaimKeeper:
     hung call cannot hold a batch for ever.
     """
 
-    def __init__(self, claim: str, claim_for: dt.timedelta) -> None:
+    def __init__(self, batch_id: int, claim: str, claim_for: dt.timedelta) -> None:
+        self.batch_id = batch_id
         self.claim = claim
         self.claim_for = claim_for
         #: Seconds between two extensions of this lane's claims.
@@ -88,7 +89,10 @@ class ClaimKeeper:
         if ids:
             with side.use():
                 backend().extend_claims(
-                    recipient_ids=sorted(ids), claim=self.claim, claim_for=self.claim_for
+                    recipient_ids=sorted(ids),
+                    batch_id=self.batch_id,
+                    claim=self.claim,
+                    claim_for=self.claim_for,
                 )
 
 

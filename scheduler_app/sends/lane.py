@@ -83,7 +83,7 @@ class Lane:
         #: Markers wait for the end of the chunk being sent (see _send_rows).
         self.marks_per_chunk = self.idempotent
         self.claim_for = dt.timedelta(seconds=app_settings.SEND_CLAIM_SECONDS)
-        self.keeper = ClaimKeeper(claim, self.claim_for)
+        self.keeper = ClaimKeeper(self.batch.pk, claim, self.claim_for)
         self.halted = halts.halt_check(batch.pk)
         self.breaker = Breaker(batch)
         self.unsubscribe = UnsubscribeLinks()

@@ -269,6 +269,17 @@ def test_a_seed_send_to_a_batch_retention_deleted_sends_nothing():
     assert not Recipient.objects.exists()
 
 
+def test_the_postgresql_recipient_statements_handle_every_relation_to_the_recipient_table():
+    """PRUNE_RECIPIENTS and a dropped partition unlink feedback events; a new relation
+    fails here."""
+    relations = {
+        (field.related_model.__name__, field.on_delete.__name__)
+        for field in Recipient._meta.get_fields(include_hidden=True)
+        if field.one_to_many and field.auto_created
+    }
+    assert relations == {("FeedbackEvent", "SET_NULL")}
+
+
 @pytest.mark.django_db
 def test_a_kind_whose_retention_is_none_is_kept():
     finished = job(Status.SUCCEEDED, finished_ago=1000 * DAY)

@@ -39,7 +39,7 @@ def options_of(table: str) -> set[str]:
         # 0018 tunes the table before migration 0033 partitions it: backwards it runs on
         # a job table that is one table.
         pytest.param("0018_job_table_autovacuum", marks=pytest.mark.plain_job_table),
-        "0025_recipient_table_fillfactor",
+        pytest.param("0025_recipient_table_fillfactor", marks=pytest.mark.plain_job_table),
     ],
 )
 def test_a_storage_migration_resets_its_parameters_backwards_and_sets_them_forwards(name):

@@ -160,12 +160,12 @@ def test_rows_another_transaction_holds_do_not_hold_up_the_other_lanes_claims(
 def test_a_forked_child_starts_its_own_keeper_thread(settings):
     """A child forked while the parent's keeper thread runs (a prefork pool) has no such
     thread: its first lane must start one rather than count on the parent's."""
-    parent_lane = ClaimKeeper("parent", dt.timedelta(hours=1))
+    parent_lane = ClaimKeeper(1, "parent", dt.timedelta(hours=1))
     with parent_lane, warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12: fork() with threads
         pid = os.fork()
         if pid == 0:  # the child: no database, no pytest; report through the exit code
-            child_lane = ClaimKeeper("child", dt.timedelta(hours=1))
+            child_lane = ClaimKeeper(1, "child", dt.timedelta(hours=1))
             with child_lane:
                 alive = [t for t in keeper_threads() if t.is_alive()]
             os._exit(0 if len(alive) == 1 else 1)

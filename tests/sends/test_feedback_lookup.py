@@ -4,6 +4,8 @@ writes nothing to that index."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -14,7 +16,12 @@ from tests.helpers import indexes_covering
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
-MESSAGE_INDEX = "scheduler_recipient_message"
+#: The message index, or a recipient partition's copy of it (scheduler_app.recipient_partitions).
+MESSAGE_INDEX = re.compile(r"\bscheduler(_app)?_recipient(_\w+)?_message\b")
+
+
+def message_index_in(names) -> bool:
+    return any(MESSAGE_INDEX.fullmatch(name) for name in names)
 
 
 def sent(batch: SendBatch, n: int) -> Recipient:
@@ -49,7 +56,7 @@ def test_a_bounce_by_message_id_reads_the_message_index(make_batch):
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + lookup)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-    assert MESSAGE_INDEX in plan, plan
+    assert MESSAGE_INDEX.search(plan), plan
 
 
 def test_only_a_recipient_with_a_message_id_is_in_the_message_index(make_batch):
@@ -60,5 +67,5 @@ def test_only_a_recipient_with_a_message_id_is_in_the_message_index(make_batch):
         provider_message_id="<b@example.com>",
     )  # fmt: skip
 
-    assert MESSAGE_INDEX not in indexes_covering(Recipient._meta.db_table, frozen.pk)
-    assert MESSAGE_INDEX in indexes_covering(Recipient._meta.db_table, marked.pk)
+    assert not message_index_in(indexes_covering(Recipient._meta.db_table, frozen.pk))
+    assert message_index_in(indexes_covering(Recipient._meta.db_table, marked.pk))

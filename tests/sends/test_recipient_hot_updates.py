@@ -78,6 +78,7 @@ def no_autovacuum_on_recipients():
         cursor.execute("ALTER TABLE %s RESET (autovacuum_enabled)" % table)
 
 
+@pytest.mark.plain_job_table  # the recipient table's own storage and statistics
 @pytest.mark.usefixtures("no_autovacuum_on_recipients")
 def test_a_chunk_claim_and_a_group_charge_are_hot_updates(make_batch):
     Customer.objects.bulk_create(
@@ -103,7 +104,10 @@ def test_a_chunk_claim_and_a_group_charge_are_hot_updates(make_batch):
         cursor.execute("VACUUM (INDEX_CLEANUP OFF) %s" % Recipient._meta.db_table)
     charged, hot_charges = updates_in(
         lambda: backend().begin_recipients(
-            recipient_ids=[row[0] for row in rows], claim=CLAIM, claim_for=CLAIM_FOR
+            recipient_ids=[row[0] for row in rows],
+            batch_id=batch.pk,
+            claim=CLAIM,
+            claim_for=CLAIM_FOR,
         )
     )
 

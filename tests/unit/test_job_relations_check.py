@@ -1,6 +1,6 @@
-"""System check E059: a project's relation to Job that the PostgreSQL prune (one raw
-DELETE, no on_delete) cannot honour is refused with the way out; a constraint would fail
-every prune.
+"""System checks E059 and E065: a project's relation to Job, or to Recipient, that the
+PostgreSQL prune (one raw DELETE, or a partition dropped, no on_delete) and partitioned
+tables cannot honour is refused with the way out; a constraint would fail every prune.
 
 The models are declared in an isolated app registry: no table, no other test sees them.
 """
@@ -12,8 +12,8 @@ from django.db import models
 from django.test import override_settings
 from django.test.utils import isolate_apps
 
-from scheduler_app.checks.retention import check_job_relations
-from scheduler_app.models import Job
+from scheduler_app.checks.retention import check_job_relations, check_recipient_relations
+from scheduler_app.models import Job, Recipient
 
 HINT = (
     "Declare it with on_delete=models.DO_NOTHING and db_constraint=False (a pruned job "
@@ -75,3 +75,33 @@ def test_no_job_retention_or_no_relation_passes():
             assert check_job_relations(app_configs=apps.get_app_configs()) == []
     # scheduler_app's own relations (attempts, occurrences, cursors) are the prune's.
     assert check_job_relations() == []
+
+
+def test_a_relation_to_recipient_is_refused_while_recipients_may_be_partitioned():
+    with isolate_apps("tests.testapp") as apps:
+
+        class Reply(models.Model):  # noqa: DJ008
+            recipient = models.ForeignKey(Recipient, on_delete=models.CASCADE)
+            # What the hint proposes: partitions and the prune leave it alone.
+            quoted = models.ForeignKey(
+                Recipient, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+            )
+
+            class Meta:
+                app_label = "testapp"
+
+        with override_settings(
+            SCHEDULER_APP={**settings.SCHEDULER_APP, "PARTITIONED_HISTORY": True}
+        ):
+            errors = check_recipient_relations(app_configs=apps.get_app_configs())
+        kept = {
+            **settings.SCHEDULER_APP,
+            "PARTITIONED_HISTORY": False,
+            "RETENTION_BATCHES_DAYS": None,
+        }
+        with override_settings(SCHEDULER_APP=kept):
+            assert check_recipient_relations(app_configs=apps.get_app_configs()) == []
+
+    assert [(e.id, e.obj.name) for e in errors] == [("scheduler_app.E065", "recipient")]
+    # scheduler_app's own relation (feedback events) has no constraint and is the prune's.
+    assert check_recipient_relations() == []

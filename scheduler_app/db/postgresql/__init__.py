@@ -36,7 +36,12 @@ from scheduler_app.db.postgresql.locks import (
     try_alert_lock,
     try_scheduler_lock,
 )
-from scheduler_app.db.postgresql.prune import count_finished_jobs, prune_finished_jobs
+from scheduler_app.db.postgresql.prune import (
+    count_finished_jobs,
+    count_recipients,
+    prune_finished_jobs,
+    prune_recipients,
+)
 from scheduler_app.db.postgresql.recipients import (
     begin_recipients,
     claim_recipients,
@@ -54,6 +59,7 @@ __all__ = [
     "claim_jobs",
     "claim_recipients",
     "count_finished_jobs",
+    "count_recipients",
     "extend_claims",
     "finish_and_claim",
     "finish_and_start",
@@ -67,6 +73,7 @@ __all__ = [
     "notify",
     "now_sql",
     "prune_finished_jobs",
+    "prune_recipients",
     "read_job_state",
     "read_now",
     "start_jobs",

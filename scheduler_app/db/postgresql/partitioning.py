@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.db import OperationalError
 
@@ -18,6 +20,8 @@ logger = logging.getLogger("scheduler_app.partitions")
 #: statements queue behind a waiting one. A maintenance step that times out is retried.
 LOCK_TIMEOUT = "500ms"
 LOCK_TRIES = 20
+T = TypeVar("T")
+
 #: Where copied_indexes() statements name their table (not a valid identifier).
 TABLE_PLACEHOLDER = "<table>"
 
@@ -37,18 +41,29 @@ def is_partitioned(table: str) -> bool:
 def locked(*statements: str) -> None:
     """Run ``statements`` in one transaction that waits at most LOCK_TIMEOUT for a lock;
     try again (LOCK_TRIES in all) while a lock is what it waited for."""
+
+    def steps(cursor) -> None:
+        for statement in statements:
+            cursor.execute(statement)
+
+    locked_steps(steps)
+
+
+def locked_steps(steps: Callable[[Any], T]) -> T:
+    """Return ``steps(cursor)`` run in one transaction that waits at most LOCK_TIMEOUT for
+    a lock; try again from the start (LOCK_TRIES in all) while a lock is what it waited
+    for."""
     for attempt in range(1, LOCK_TRIES + 1):
         try:
             with database.atomic(), connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '%s'" % LOCK_TIMEOUT)
-                for statement in statements:
-                    cursor.execute(statement)
-            return
+                return steps(cursor)
         except OperationalError as exc:
             if getattr(exc.__cause__, "sqlstate", None) != "55P03" or attempt == LOCK_TRIES:
                 raise
             logger.warning("partition maintenance waited for a lock, trying again: %s", exc)
             time.sleep(0.1 * attempt)
+    raise AssertionError("unreachable")  # the last try returns or raises
 
 
 def id_sequence(table: str) -> tuple[str | None, bool]:

@@ -65,7 +65,7 @@ WITH due AS MATERIALIZED (
 UPDATE {RECIPIENT} AS r
 SET claimed_by = %(claim)s, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
 FROM due
-WHERE r.id = due.id
+WHERE r.id = due.id AND r.batch_id = %(batch)s
 RETURNING r.id, r.recipient_key, r.address, r.timezone, r.context::text, r.attempts
 """
 """Claim a chunk of a batch's due recipients, earliest due first; SKIP LOCKED so workers
@@ -78,11 +78,12 @@ EXTEND_CLAIMS = f"""
 UPDATE {RECIPIENT} AS r SET claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
 FROM (
     SELECT id FROM {RECIPIENT}
-    WHERE id = ANY(%(ids)s) AND claimed_by = %(claim)s AND status = 'pending'
+    WHERE id = ANY(%(ids)s) AND batch_id = %(batch)s AND claimed_by = %(claim)s
+      AND status = 'pending'
     ORDER BY id
     FOR NO KEY UPDATE SKIP LOCKED
 ) AS free
-WHERE r.id = free.id
+WHERE r.id = free.id AND r.batch_id = %(batch)s
 """
 """Keep the not yet sent rest of a chunk claimed while the lane works through it. Rows
 another transaction holds are skipped, not waited for: one keeper thread serves every
@@ -99,7 +100,8 @@ marked AS (
     FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[],
                 %s::timestamptz[], %s::int[])
          AS v(id, status, sent_at, message_id, error, next_attempt_at, refund)
-    WHERE r.id = v.id AND r.status = 'pending' AND r.claimed_by = (SELECT %s::text)
+    WHERE r.id = v.id AND r.batch_id = %s AND r.status = 'pending'
+      AND r.claimed_by = (SELECT %s::text)
     RETURNING v.status
 ), counted AS (
     INSERT INTO {LANE} AS l (batch_id, claim, sent, failed, skipped, progressed_at)
@@ -115,7 +117,9 @@ marked AS (
 changes nothing. The counters go to the lane's own LaneProgress row (with its
 progressed_at, for the stalled-send alert), never to the batch row: every lane of a
 batch would queue on that one row's lock, held across each commit's WAL flush.
-Parameters: the seven outcome columns, the claim, the batch, the claim, the frozen clock.
+Parameters: the seven outcome columns, the batch, the claim, the batch, the claim, the
+frozen clock. Every statement on recipients names the batch: the planner then reads one
+partition of a partitioned recipient table (scheduler_app.recipient_partitions).
 
 The rows are found from the outcomes (a nested loop over the primary key). The statement
 is not prepared: a generic plan of it measured two to three times the CPU of the custom
@@ -131,7 +135,8 @@ MARK_AND_BEGIN = f"""
 WITH {_MARKED}, begun AS (
     UPDATE {RECIPIENT}
     SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%s")} + %s
-    WHERE id = ANY(%s::bigint[]) AND claimed_by = (SELECT %s::text) AND status = 'pending'
+    WHERE id = ANY(%s::bigint[]) AND batch_id = %s AND claimed_by = (SELECT %s::text)
+      AND status = 'pending'
     RETURNING id, attempts
 )
 SELECT (SELECT array_agg(status) FROM marked), (SELECT array_agg(id) FROM begun),
@@ -150,12 +155,14 @@ WITH marked AS (
         last_error = COALESCE(%(error)s, last_error),
         next_attempt_at = COALESCE(%(next_attempt_at)s, next_attempt_at),
         attempts = attempts - %(refund)s, claimed_by = '', claimed_until = NULL
-    WHERE id = %(marked)s AND claimed_by = %(claim)s AND status = 'pending'
+    WHERE id = %(marked)s AND batch_id = %(batch)s AND claimed_by = %(claim)s
+      AND status = 'pending'
     RETURNING status
 ), begun AS (
     UPDATE {RECIPIENT}
     SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
-    WHERE id = %(begin)s AND claimed_by = %(claim)s AND status = 'pending'
+    WHERE id = %(begin)s AND batch_id = %(batch)s AND claimed_by = %(claim)s
+      AND status = 'pending'
     RETURNING attempts
 ), counted AS (
     INSERT INTO {LANE} AS l (batch_id, claim, sent, failed, skipped, progressed_at)
@@ -175,7 +182,8 @@ goes to the lane's own row, as in _MARKED."""
 BEGIN_RECIPIENTS = f"""
 UPDATE {RECIPIENT}
 SET attempts = attempts + 1, claimed_until = {NOW.format(frozen="%(frozen)s")} + %(claim_for)s
-WHERE id = ANY(%(ids)s) AND claimed_by = (SELECT %(claim)s::text) AND status = 'pending'
+WHERE id = ANY(%(ids)s) AND batch_id = %(batch)s AND claimed_by = (SELECT %(claim)s::text)
+  AND status = 'pending'
 RETURNING id, attempts
 """
 """Charge the attempt about to be made to each of a group of recipients the claim still
@@ -325,6 +333,7 @@ def mark_and_begin(
             MARK_AND_BEGIN,
             [
                 *columns,
+                batch_id,
                 claim,
                 batch_id,
                 claim,
@@ -332,6 +341,7 @@ def mark_and_begin(
                 clock.frozen_at(),
                 claim_for,
                 list(recipient_ids),
+                batch_id,
                 claim,
             ],
         )
@@ -372,12 +382,14 @@ def _mark_one_and_begin(
 
 
 def begin_recipients(
-    *, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta
+    *, recipient_ids: Sequence[int], batch_id: int, claim: str, claim_for: dt.timedelta
 ) -> dict[int, int]:
-    """Charge an attempt to those of ``recipient_ids`` that ``claim`` still owns, extending
-    their claims by ``claim_for``; return {recipient id: its attempt}."""
+    """Charge an attempt to those of ``recipient_ids`` (of batch ``batch_id``) that
+    ``claim`` still owns, extending their claims by ``claim_for``; return {recipient id:
+    its attempt}."""
     params = {
         "ids": list(recipient_ids),
+        "batch": Int8(batch_id),
         "claim": claim,
         "claim_for": claim_for,
         "frozen": clock.frozen_at(),
@@ -398,8 +410,11 @@ def _run_prepared(sql: str, params: dict) -> list[tuple]:
     return prepared_again(run)
 
 
-def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta) -> int:
-    """Extend ``claim`` by ``claim_for`` on those of ``recipient_ids`` it still holds."""
+def extend_claims(
+    *, recipient_ids: Sequence[int], batch_id: int, claim: str, claim_for: dt.timedelta
+) -> int:
+    """Extend ``claim`` by ``claim_for`` on those of ``recipient_ids`` (of batch
+    ``batch_id``) it still holds."""
     if not recipient_ids:
         return 0
     with bound_cursor() as cursor:
@@ -407,6 +422,7 @@ def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.tim
             EXTEND_CLAIMS,
             {
                 "ids": list(recipient_ids),
+                "batch": batch_id,
                 "claim": claim,
                 "claim_for": claim_for,
                 "frozen": clock.frozen_at(),
@@ -425,5 +441,9 @@ def mark_recipients(rows: Sequence[Sequence], *, claim: str, batch_id: int) -> l
         return []
     columns = [list(column) for column in zip(*rows, strict=True)]
     with bound_cursor() as cursor:
-        _execute(cursor, MARK_RECIPIENTS, [*columns, claim, batch_id, claim, clock.frozen_at()])
+        _execute(
+            cursor,
+            MARK_RECIPIENTS,
+            [*columns, batch_id, claim, batch_id, claim, clock.frozen_at()],
+        )
         return [row[0] for row in cursor.fetchall()]

@@ -43,13 +43,13 @@ order, not the subquery's: claim_recipients() puts them back in due order."""
 
 BEGIN_RECIPIENTS = f"""
 UPDATE {RECIPIENT} SET attempts = attempts + 1, claimed_until = %s
-WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
+WHERE id IN ({{ids}}) AND batch_id = %s AND claimed_by = %s AND status = 'pending'
 RETURNING id, attempts
 """
 
 EXTEND_CLAIMS = f"""
 UPDATE {RECIPIENT} SET claimed_until = %s
-WHERE id IN ({{ids}}) AND claimed_by = %s AND status = 'pending'
+WHERE id IN ({{ids}}) AND batch_id = %s AND claimed_by = %s AND status = 'pending'
 """
 
 COUNT_MARKED = """
@@ -119,19 +119,22 @@ def mark_and_begin(
     statuses marked). One transaction."""
     with database.atomic():
         kept = mark_recipients(marks, claim=claim, batch_id=batch_id) if marks else []
-        attempts = begin_recipients(recipient_ids=recipient_ids, claim=claim, claim_for=claim_for)
+        attempts = begin_recipients(
+            recipient_ids=recipient_ids, batch_id=batch_id, claim=claim, claim_for=claim_for
+        )
     return attempts, kept
 
 
 def begin_recipients(
-    *, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta
+    *, recipient_ids: Sequence[int], batch_id: int, claim: str, claim_for: dt.timedelta
 ) -> dict[int, int]:
-    """Charge an attempt to those of ``recipient_ids`` that ``claim`` still owns, extending
-    their claims by ``claim_for``; return {recipient id: its attempt}."""
+    """Charge an attempt to those of ``recipient_ids`` (of batch ``batch_id``) that
+    ``claim`` still owns, extending their claims by ``claim_for``; return {recipient id:
+    its attempt}."""
     adapt = connection.ops.adapt_datetimefield_value
     sql = BEGIN_RECIPIENTS.replace("{ids}", ", ".join(["%s"] * len(recipient_ids)))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [adapt(read_now(claim_for)), *recipient_ids, claim])
+        cursor.execute(sql, [adapt(read_now(claim_for)), *recipient_ids, batch_id, claim])
         return dict(cursor.fetchall())
 
 
@@ -141,14 +144,17 @@ def lane_session(*, synchronous_commit: bool) -> Iterator[None]:
     yield
 
 
-def extend_claims(*, recipient_ids: Sequence[int], claim: str, claim_for: dt.timedelta) -> int:
-    """Extend ``claim`` by ``claim_for`` on those of ``recipient_ids`` it still holds."""
+def extend_claims(
+    *, recipient_ids: Sequence[int], batch_id: int, claim: str, claim_for: dt.timedelta
+) -> int:
+    """Extend ``claim`` by ``claim_for`` on those of ``recipient_ids`` (of batch
+    ``batch_id``) it still holds."""
     if not recipient_ids:
         return 0
     adapt = connection.ops.adapt_datetimefield_value
     sql = EXTEND_CLAIMS.replace("{ids}", ", ".join(["%s"] * len(recipient_ids)))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [adapt(read_now(claim_for)), *recipient_ids, claim])
+        cursor.execute(sql, [adapt(read_now(claim_for)), *recipient_ids, batch_id, claim])
         return cursor.rowcount
 
 

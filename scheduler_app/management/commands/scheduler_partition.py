@@ -1,4 +1,5 @@
-"""manage.py scheduler_partition: put finished jobs in time partitions (PostgreSQL)."""
+"""manage.py scheduler_partition: put finished jobs in time partitions, and recipients in
+partitions of ranges of batches (PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler_app import clock, partitions
+from scheduler_app import clock, partitions, recipient_partitions
 from scheduler_app.bounds import positive_int
 from scheduler_app.conf import app_settings
 from scheduler_app.management.database import database_ready
@@ -19,8 +20,10 @@ from scheduler_app.retention import cutoffs_for
 class Command(BaseCommand):
     help = (
         "Partition the job table so that retention drops finished jobs a partition at a "
-        "time (PostgreSQL; workers may run meanwhile), and make the partitions ahead "
-        "(HISTORY_PARTITIONS_AHEAD). Run again, it makes only missing partitions. "
+        "time, and the recipient table so that it drops finished batches' recipients a "
+        "partition at a time (PostgreSQL; workers may run meanwhile), and make the "
+        "partitions ahead (HISTORY_PARTITIONS_AHEAD). Run again, it makes only missing "
+        "partitions. "
         "--move-history then moves the jobs that finished before into partitions too."
     )
 
@@ -52,15 +55,27 @@ class Command(BaseCommand):
         database_ready()
         try:
             converted = partitions.is_partitioned()
+            recipients_converted = recipient_partitions.is_partitioned()
             if options["dry_run"]:
                 self._describe(converted, options)
+                self._describe_recipients(recipients_converted)
                 return
             started = time.monotonic()
             made = partitions.convert()
-        except partitions.NotSupported as exc:
+            recipients_made = recipient_partitions.convert()
+        except (partitions.NotSupported, recipient_partitions.NotSupported) as exc:
             raise CommandError(str(exc)) from exc
         if not converted:
             self.stdout.write("The job table is partitioned; its rows are in %s." % partitions.HOT)
+        if not recipients_converted:
+            self.stdout.write(
+                "The recipient table is partitioned; its rows are in %s."
+                % recipient_partitions.BEFORE
+            )
+        for partition in recipients_made:
+            self.stdout.write(
+                "made %s (batches %s to %s)" % (partition.name, partition.first, partition.end - 1)
+            )
         for partition in made:
             self.stdout.write("made %s (%s to %s)" % self._shown(partition))
         self.stdout.write(
@@ -105,6 +120,23 @@ class Command(BaseCommand):
         the breaker)."""
         max_rows = options["max_rows"] or app_settings.PRUNE_MAX_ROWS
         return partitions.history_to_move(self._since(), limit=max_rows + 1, table=table), max_rows
+
+    def _describe_recipients(self, converted: bool) -> None:
+        if not converted:
+            self.stdout.write(
+                "Would partition the recipient table (its rows stay, in %s) and make %s "
+                "partitions of recipients of the batches to come."
+                % (recipient_partitions.BEFORE, app_settings.HISTORY_PARTITIONS_AHEAD + 1)
+            )
+            return
+        existing = recipient_partitions.range_partitions()
+        self.stdout.write(
+            "The recipient table is partitioned: %s partitions of batches." % len(existing)
+        )
+        for partition in existing:
+            self.stdout.write(
+                "  %s (batches %s to %s)" % (partition.name, partition.first, partition.end - 1)
+            )
 
     def _describe(self, converted: bool, options: dict[str, Any]) -> None:
         if not converted:

@@ -12,7 +12,14 @@ from scheduler_app.bounds import positive_int
 from scheduler_app.conf import app_settings
 from scheduler_app.management.database import database_ready
 from scheduler_app.models import PruneRun
-from scheduler_app.retention import MOVED_JOBS, PARTITIONED_JOBS, SETTINGS, cutoffs_for, prune
+from scheduler_app.retention import (
+    MOVED_JOBS,
+    PARTITIONED_JOBS,
+    PARTITIONED_RECIPIENTS,
+    SETTINGS,
+    cutoffs_for,
+    prune,
+)
 
 
 class Command(BaseCommand):
@@ -59,6 +66,11 @@ class Command(BaseCommand):
         for name, done, what in (
             (PARTITIONED_JOBS, verb, "in history partitions past the cutoff, dropped whole"),
             (MOVED_JOBS, moving, "ended jobs of the hot partition into history partitions"),
+            (
+                PARTITIONED_RECIPIENTS,
+                verb,
+                "of finished batches in partitions past the cutoff, dropped whole",
+            ),
         ):
             if name in run.counts:
                 self.stdout.write("%-20s %s %s (%s)" % (name, done, run.counts[name], what))

@@ -1,0 +1,353 @@
+"""Recipients partitioned by batch on PostgreSQL: a finished send's markers dropped whole.
+
+After ``convert()`` (migration 0035 on a new install, ``manage.py scheduler_partition``
+on one whose recipient table holds rows) the recipient table is partitioned by range
+over ``batch_id``, so that all of a batch's recipients are in one partition:
+
+- ``scheduler_app_recipient_before``: the table as it was, renamed, with its indexes and
+  constraints: the recipients of the batches created before the conversion (and of
+  those created while it ran: see CONVERSION_MARGIN).
+- ``scheduler_app_recipient_p<first batch id>``: the recipients of a range of batch ids,
+  made ahead (by each prune run, and the command), each as wide as the batches created
+  in the last HISTORY_PARTITION_MINUTES (at least one), HISTORY_PARTITIONS_AHEAD of them,
+  while RETENTION_BATCHES_DAYS is set: kept for ever, they would only add up.
+- ``scheduler_app_recipient_overflow``, the DEFAULT partition: the recipients of batches
+  past the partitions made (maintenance fell behind a burst of new batches, or batches
+  are kept for ever), and of batches frozen after their range's partition went.
+
+A batch's unique recipient keys hold within its partition, so across the table. Every
+statement of a lane names its batch, so the planner reads that one partition. Retention
+(RETENTION_BATCHES_DAYS) drops a partition whole once no new batch can fall in its range
+and every batch with recipients in it finished before the cutoff (``expired()``); the
+recipients of finished batches in the before and overflow partitions go row by row.
+SQLite, and PostgreSQL until converted, keep one table; the ORM sees the same rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import re
+
+from django.db.models import Exists, OuterRef, QuerySet
+
+from scheduler_app import clock
+from scheduler_app.conf import app_settings
+from scheduler_app.database import connection
+from scheduler_app.db.postgresql import partitioning
+from scheduler_app.db.postgresql.partitioning import locked, locked_steps, on_table
+from scheduler_app.models import FeedbackEvent, Recipient, SendBatch
+
+logger = logging.getLogger("scheduler_app.partitions")
+
+RECIPIENT = Recipient._meta.db_table
+BATCH = SendBatch._meta.db_table
+BEFORE = RECIPIENT + "_before"
+OVERFLOW = RECIPIENT + "_overflow"
+PARTITION_PREFIX = RECIPIENT + "_p"
+#: The before partition's bound as a CHECK, validated before the conversion attaches the
+#: table, so that attaching it reads no row (PostgreSQL proves it from the CHECK).
+BEFORE_CHECK = "scheduler_recipient_before"
+#: Batch ids left to the before partition past the last one handed out when the
+#: conversion began: batches created while it validates BEFORE_CHECK freeze there. The
+#: batch ids' sequence then skips to the first partition's (ids are not dense anyway).
+CONVERSION_MARGIN = 10_000
+
+
+class NotSupported(Exception):
+    """Partitioned recipients need PostgreSQL."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """One partition of recipients: its table and the batch ids it holds, [first, end)."""
+
+    name: str
+    first: int
+    end: int
+
+
+def is_partitioned() -> bool:
+    """Return whether the recipient table is partitioned (always False on SQLite)."""
+    return partitioning.is_partitioned(RECIPIENT)
+
+
+def convert() -> list[Partition]:
+    """Partition the recipient table, on PostgreSQL, while workers send; return the
+    partitions made.
+
+    Validates the before partition's CHECK on the table as it is (it reads the table,
+    without blocking writes), then, in one short transaction that waits at most
+    LOCK_TIMEOUT for its lock (retried): renames the table to the before partition,
+    makes the partitioned table in its place, attaches it (no row read), adds the
+    overflow partition and the first one (while RETENTION_BATCHES_DAYS is set), and
+    moves the batch ids past the before partition's. Then makes the partitions ahead.
+    Does nothing but the last step if the table is partitioned already.
+    """
+    if connection.vendor != "postgresql":
+        raise NotSupported("Partitioned recipients need PostgreSQL; SQLite keeps one table.")
+    if is_partitioned():
+        return ensure_partitions()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM %s)" % RECIPIENT)
+        margin = CONVERSION_MARGIN if cursor.fetchone()[0] else 0
+        bound = _next_batch_id() + margin
+        locked(
+            "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (RECIPIENT, BEFORE_CHECK),
+            "ALTER TABLE %s ADD CONSTRAINT %s CHECK (batch_id IS NOT NULL AND batch_id < %d)"
+            " NOT VALID" % (RECIPIENT, BEFORE_CHECK, bound),
+        )
+        cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (RECIPIENT, BEFORE_CHECK))
+    sequence, identity = partitioning.id_sequence(RECIPIENT)
+    shape = _shape(RECIPIENT)
+    first = [_partition(bound, _width())] if _kept_for_a_time() else []
+    batch_ids = partitioning.id_sequence(BATCH)[0]
+    locked(
+        "ALTER TABLE %s RENAME TO %s" % (RECIPIENT, BEFORE),
+        "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+        " PARTITION BY RANGE (batch_id)" % (RECIPIENT, BEFORE),
+        "ALTER TABLE %s DROP CONSTRAINT %s" % (RECIPIENT, BEFORE_CHECK),
+        "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (MINVALUE) TO (%d)"
+        % (RECIPIENT, BEFORE, bound),
+        *_table(OVERFLOW, shape),
+        "ALTER TABLE %s ATTACH PARTITION %s DEFAULT" % (RECIPIENT, OVERFLOW),
+        *(statement for p in first for statement in (*_table(p.name, shape), _attach(p))),
+        *partitioning.ids_owned_by(RECIPIENT, BEFORE, sequence, identity=identity),
+        # New batches' recipients go to the partitions, past the before partition's ids.
+        *(
+            ["SELECT setval('%s', %d) FROM %s WHERE last_value < %d" % ((batch_ids, bound - 1) * 2)]
+            if margin
+            else []
+        ),
+    )
+    logger.info("partitioned table=%s before=%s", RECIPIENT, BEFORE)
+    return [*first, *ensure_partitions()]
+
+
+def revert() -> None:
+    """Put a partitioned recipient table back as one table, its rows kept (migration
+    0035's reverse).
+
+    In one transaction: the before partition is detached, every other partition's rows
+    are copied into it, the partitioned table is dropped with its partitions, and the
+    before partition is renamed to the recipient table (the ids' sequence goes on, owned
+    by its id column). It locks the recipient table while the rows move: an operator's
+    step, not a deploy's. Does nothing if the table is not partitioned.
+    """
+    if not is_partitioned():
+        return
+    sequence = partitioning.id_sequence(RECIPIENT)[0]
+    locked(
+        "SET CONSTRAINTS ALL IMMEDIATE",
+        *(["ALTER SEQUENCE %s OWNED BY %s.id" % (sequence, BEFORE)] if sequence else []),
+        "ALTER TABLE %s DETACH PARTITION %s" % (RECIPIENT, BEFORE),
+        "ALTER TABLE %s DROP CONSTRAINT %s" % (BEFORE, BEFORE_CHECK),
+        "INSERT INTO %s SELECT * FROM %s" % (BEFORE, RECIPIENT),
+        "DROP TABLE %s" % RECIPIENT,
+        "ALTER TABLE %s RENAME TO %s" % (BEFORE, RECIPIENT),
+    )
+    logger.info("partitioned table put back as one table=%s", RECIPIENT)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """What a new partition copies of the table as it was: its indexes, foreign keys and
+    storage parameters (the recipient table's fillfactor)."""
+
+    indexes: list[str]
+    foreign_keys: list[str]
+    options: str
+
+
+def _shape(source: str) -> _Shape:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND contype = 'f' ORDER BY conname",
+            [source],
+        )
+        foreign_keys = [
+            "ALTER TABLE %s ADD CONSTRAINT %s_fk%d %s"
+            % (partitioning.TABLE_PLACEHOLDER, partitioning.TABLE_PLACEHOLDER, number, definition)
+            for number, (definition,) in enumerate(cursor.fetchall())
+        ]
+        cursor.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", [source])
+        options = ", ".join(cursor.fetchone()[0] or [])
+    indexes = partitioning.copied_indexes(source, prefixes=("scheduler_recipient_", source + "_"))
+    return _Shape(indexes, foreign_keys, options)
+
+
+def _table(table: str, shape: _Shape) -> list[str]:
+    """Return the statements that make ``table``, an empty partition: the before
+    partition's columns and CHECK constraints but its bound, and ``shape``."""
+    return [
+        "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS)%s"
+        % (table, BEFORE, " WITH (%s)" % shape.options if shape.options else ""),
+        "ALTER TABLE %s DROP CONSTRAINT %s" % (table, BEFORE_CHECK),
+        *on_table(shape.indexes, table),
+        *on_table(shape.foreign_keys, table),
+    ]
+
+
+def _attach(partition: Partition) -> str:
+    return "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)" % (
+        RECIPIENT,
+        partition.name,
+        partition.first,
+        partition.end,
+    )
+
+
+def _partition(first: int, width: int) -> Partition:
+    return Partition(PARTITION_PREFIX + str(first), first, first + width)
+
+
+def _next_batch_id() -> int:
+    """Return the id the next batch gets (or a later one)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT last_value + is_called::int FROM %s" % partitioning.id_sequence(BATCH)[0]
+        )
+        return cursor.fetchone()[0]
+
+
+def _kept_for_a_time() -> bool:
+    """Return whether finished batches' recipients are dropped some day: partitions are
+    made only then (RETENTION_BATCHES_DAYS)."""
+    return app_settings.RETENTION_BATCHES_DAYS is not None
+
+
+def _width() -> int:
+    """Return how many batch ids a new partition holds: the batches created in the last
+    HISTORY_PARTITION_MINUTES, at least one."""
+    since = clock.now() - dt.timedelta(minutes=app_settings.HISTORY_PARTITION_MINUTES)
+    return max(1, SendBatch.objects.filter(created_at__gte=since).count())
+
+
+#: FOR VALUES FROM ('12') TO ('20'), or FROM (MINVALUE) TO ('12')
+_BOUNDS = re.compile(r"FROM \('?(\w+)'?\) TO \('?(\w+)'?\)")
+
+
+def range_partitions() -> list[Partition]:
+    """Return the partitions of ranges of batches, lowest first (not the before nor the
+    overflow one)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
+            [RECIPIENT],
+        )
+        rows = cursor.fetchall()
+    found = []
+    for name, bound in rows:
+        if name.startswith(PARTITION_PREFIX):
+            first, end = _BOUNDS.search(bound).groups()
+            found.append(Partition(name, int(first), int(end)))
+    return sorted(found, key=lambda partition: partition.first)
+
+
+def ensure_partitions() -> list[Partition]:
+    """Make partitions ahead of the batch ids handed out, HISTORY_PARTITIONS_AHEAD of the
+    current width past the next one's, while RETENTION_BATCHES_DAYS is set (else none:
+    the recipients of new batches go to the overflow partition, as to one table); return
+    those made.
+
+    They start where the last one ends, or, if batches were created past it meanwhile,
+    at the next batch id (those batches' recipients are in the overflow partition). Each
+    is made as a table of its own, indexed while empty, then attached: attaching takes a
+    lock that lets lanes go on (SHARE UPDATE EXCLUSIVE on the recipient table) and reads
+    only the overflow partition.
+    """
+    if not _kept_for_a_time():
+        return []
+    made = range_partitions()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COALESCE(max(batch_id) + 1, 0) FROM %s" % OVERFLOW,
+        )
+        past_overflow = cursor.fetchone()[0]
+    next_id = _next_batch_id()
+    start = made[-1].end if made else next_id
+    if start <= next_id:
+        start = max(next_id, past_overflow)
+    width = _width()
+    new = []
+    shape: _Shape | None = None
+    while start < next_id + (app_settings.HISTORY_PARTITIONS_AHEAD + 1) * width:
+        partition = _partition(start, width)
+        shape = shape or _shape(BEFORE)
+        locked(
+            "DROP TABLE IF EXISTS %s" % partition.name,  # a try cut short
+            *_table(partition.name, shape),
+            _attach(partition),
+        )
+        logger.info("recipient partition made name=%s", partition.name)
+        new.append(partition)
+        start = partition.end
+    return new
+
+
+def _holds_live_batches(partition: Partition, finished: QuerySet) -> bool:
+    """Return whether a batch of ``partition``'s range that is not in ``finished`` has
+    recipients there (a batch without any, a draft say, freezes into the overflow
+    partition once the range's partition is gone)."""
+    return (
+        SendBatch.objects.filter(pk__gte=partition.first, pk__lt=partition.end)
+        .exclude(pk__in=finished.values("pk"))
+        .filter(Exists(Recipient.objects.filter(batch=OuterRef("pk"))))
+        .exists()
+    )
+
+
+def expired(finished: QuerySet) -> list[Partition]:
+    """Return the partitions retention may drop: no batch can be created in their range
+    any more, and every batch with recipients in them is in ``finished`` (the batches
+    finished before the cutoff)."""
+    next_id = _next_batch_id()
+    return [
+        partition
+        for partition in range_partitions()
+        if partition.end <= next_id and not _holds_live_batches(partition, finished)
+    ]
+
+
+def drop(partition: Partition, finished: QuerySet) -> bool:
+    """Drop a partition with its recipients, unlinking the feedback events that name them;
+    return False if it was gone already or holds a batch not in ``finished`` now.
+
+    One transaction takes the recipient table's lock (at most LOCK_TIMEOUT of waiting,
+    tried again from the start), so no freeze can add recipients meanwhile, checks the
+    batches again, cuts the links (looking up only events whose recipient id is in the
+    partition's range, read from the ends of its id index) and drops the table. No
+    statement reads the partition's rows: the drop costs the same whatever it holds.
+    """
+    feedback = FeedbackEvent._meta.db_table
+
+    def steps(cursor) -> bool:
+        cursor.execute("SELECT to_regclass(%s)", [partition.name])
+        if cursor.fetchone()[0] is None:
+            return False
+        # The partitioned table first, as every statement on it locks it before a partition.
+        cursor.execute("LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE" % RECIPIENT)
+        if _holds_live_batches(partition, finished):
+            return False
+        cursor.execute(
+            f"UPDATE {feedback} AS f SET recipient_id = NULL"
+            f" WHERE f.recipient_id BETWEEN (SELECT min(id) FROM {partition.name})"
+            f" AND (SELECT max(id) FROM {partition.name})"
+            f" AND EXISTS (SELECT 1 FROM {partition.name} AS r WHERE r.id = f.recipient_id)"
+        )
+        cursor.execute("DROP TABLE %s" % partition.name)
+        return True
+
+    dropped = locked_steps(steps)
+    if dropped:
+        logger.info("recipient partition dropped name=%s", partition.name)
+    return dropped
+
+
+def row_by_row_tables() -> tuple[str, ...]:
+    """Return the tables whose recipients retention deletes row by row: the recipient
+    table, or, partitioned, its before and overflow partitions."""
+    return (BEFORE, OVERFLOW) if is_partitioned() else (RECIPIENT,)
