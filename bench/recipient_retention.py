@@ -15,10 +15,12 @@ and its PostgreSQL backend) per recipient. Then it times ``recipient_partitions.
 on the table, stores as many batches again (into a partition of their own, made by the
 conversion as wide as the batches created in the last interval), VACUUM ANALYZEs them,
 and prunes once with RETENTION_BATCHES_DAYS past their finish (``retention.prune()``: the
-partitions ahead, the count for the audit, the check under the lock, the drop, the batch
-rows), taking its CPU time per recipient removed. The last stdout line is
+count for the audit, the check under the lock, the drop, the batch
+rows), taking its CPU time per recipient removed, after making the partitions ahead (what
+the prune runs before would have done; measured apart). The last stdout line is
 ``convert_s=<n> delete_us_per_recipient=<n> vacuum_us_per_recipient=<n>
-drop_us_per_recipient=<n> ratio=<n>``.
+drop_us_per_recipient=<n> ratio=<n> ratio_outside_the_kernel=<n>`` (the last leaves out
+the backend's system time: the kernel freeing the dropped files).
 
 Environment: BENCH_BATCHES, BENCH_RECIPIENTS, BENCH_COMPARE, BENCH_DATABASE_URL,
 BENCH_RESULTS (default bench/results-prune.md), BENCH_REVISION.
@@ -85,6 +87,26 @@ def finished_batches(count: int, recipients: int) -> list[int]:
     return ids
 
 
+def backend_system_seconds() -> float:
+    """Return the system CPU seconds of this connection's PostgreSQL backend: where the
+    kernel frees a dropped table's files (at once on a filesystem mounted with discard)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    with open("/proc/%d/stat" % backend) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[12]) / os.sysconf("SC_CLK_TCK")
+
+
+def exists(table: str) -> bool:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [table])
+        return cursor.fetchone()[0] is not None
+
+
 def vacuum_analyze(table: str) -> None:
     from django.db import connection
 
@@ -138,8 +160,17 @@ def main() -> None:
     vacuum_cpu = cpu()
     left = batches * recipients - deleted
 
+    # Contexts kept: blanking them (RETENTION_RECIPIENT_CONTEXT_DAYS) would rewrite every
+    # recipient row before its partition goes, a cost of its own (docs/retention.md).
+    kept = override_settings(
+        SCHEDULER_APP={
+            "RETENTION_BATCHES_DAYS": RETENTION_DAYS,
+            "RETENTION_RECIPIENT_CONTEXT_DAYS": None,
+        }
+    )
     began = time.perf_counter()
-    recipient_partitions.convert()
+    with kept:  # partitions are made only while batches are not kept for ever
+        recipient_partitions.convert()
     convert_s = time.perf_counter() - began
 
     partitioned = finished_batches(batches, recipients)
@@ -150,25 +181,32 @@ def main() -> None:
         if p.first <= batch_id < p.end
     }
     vacuum_analyze(partition)
-    with connection.cursor() as cursor:  # batches created since: the range is closed
-        cursor.execute(
-            "SELECT setval('scheduler_app_sendbatch_id_seq', %s)", [max(partitioned) + 1000]
-        )
+    with connection.cursor() as cursor:  # the range is full: no new batch can fall in it
+        cursor.execute("SELECT setval('scheduler_app_sendbatch_id_seq', %s)", [max(partitioned)])
     # The first batches, in the before partition, would go row by row: kept out of it.
     SendBatch.objects.exclude(pk__in=partitioned).update(status=SendBatch.Status.SENDING)
-    with override_settings(SCHEDULER_APP={"RETENTION_BATCHES_DAYS": RETENTION_DAYS}):
+    with kept:
+        # What the prune runs before did: the partitions ahead of the batch ids handed out
+        # (a fixed cost an interval, whatever the partitions will hold), measured apart.
         cpu = cpu_meter()
+        ahead = len(recipient_partitions.ensure_partitions())
+        ahead_ms = cpu() * 1000 / ahead
+        cpu = cpu_meter()
+        kernel = backend_system_seconds()
         began = time.perf_counter()
         run = prune(clock.now())
         drop_s, drop_cpu = time.perf_counter() - began, cpu()
-    dropped = run.counts[PARTITIONED_RECIPIENTS]
-    assert run.counts["recipients"] == 0 and dropped == batches * recipients, run.counts
+        kernel = backend_system_seconds() - kernel
+    counted = run.counts[PARTITIONED_RECIPIENTS]  # the audit's, from the statistics
+    assert run.counts["recipients"] == 0 and not exists(partition), run.counts
+    dropped = batches * recipients
     drop_us = drop_cpu * 1e6 / dropped
+    user_us = (drop_cpu - kernel) * 1e6 / dropped
     delete_us, vacuum_us = delete_cpu * 1e6 / deleted, vacuum_cpu * 1e6 / deleted
     final = (
         "convert_s=%.2f delete_us_per_recipient=%.2f vacuum_us_per_recipient=%.2f "
-        "drop_us_per_recipient=%.3f ratio=%.0f"
-        % (convert_s, delete_us, vacuum_us, drop_us, delete_us / drop_us)
+        "drop_us_per_recipient=%.3f ratio=%.0f ratio_outside_the_kernel=%.0f"
+        % (convert_s, delete_us, vacuum_us, drop_us, delete_us / drop_us, delete_us / user_us)
     )
     section = (
         "\n## %s — bench/recipient_retention.py batches=%s recipients=%s\n\n%s\n\n"
@@ -178,10 +216,13 @@ def main() -> None:
         "(CPU %.2f µs a recipient, and %.2f µs for the VACUUM of its dead rows) |\n"
         "| `recipient_partitions.convert()` on %s recipients (CHECK validated, then the swap) "
         "| **%.2f s** |\n"
-        "| a prune that drops a partition of %s recipients (partitions ahead, audit count, "
-        "check under the lock, drop, batch rows): wall, CPU "
+        "| making the partitions ahead (each prune run makes those missing: about one an "
+        "interval) | %.1f ms of CPU a partition (%s made) |\n"
+        "| a prune that drops a partition of %s recipients (audit count from the "
+        "statistics: %s, check under the lock, drop, batch rows): wall, CPU "
         "| %.0f ms, **%.3f µs a recipient** (%.0fx less than the DELETE, %.0fx with its "
-        "VACUUM) |\n"
+        "VACUUM); of which the backend in the kernel %.0f ms (freeing the files), the rest "
+        "%.3f µs a recipient (%.0fx) |\n"
         "\nFinal line: `%s`\n"
         % (
             dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -195,11 +236,17 @@ def main() -> None:
             vacuum_us,
             left,
             convert_s,
+            ahead_ms,
+            ahead,
             dropped,
+            counted,
             drop_s * 1000,
             drop_us,
             delete_us / drop_us,
             (delete_us + vacuum_us) / drop_us,
+            kernel * 1000,
+            user_us,
+            delete_us / user_us,
             final,
         )
     )

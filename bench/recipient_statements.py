@@ -127,7 +127,7 @@ def main() -> None:
             recipient_partitions.ensure_partitions()
     made = recipient_partitions.range_partitions()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT setval('scheduler_app_sendbatch_id_seq', %s)", [made[-1].first])
+        cursor.execute("SELECT setval('scheduler_app_sendbatch_id_seq', %s)", [made[-1].first - 1])
     in_partition = frozen_batch(recipients)
     assert made[-1].first <= in_partition < made[-1].end
     partitioned_us = lane_cpu_us(in_partition)
