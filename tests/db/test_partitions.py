@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from scheduler_app import clock, partitions, schedule
+from scheduler_app import clock, partitions, recipient_partitions, schedule
 from scheduler_app.cancellation import cancel
 from scheduler_app.models import Job, JobAttempt, PruneRun, Schedule, ScheduleOccurrence
 from scheduler_app.retention import MOVED_JOBS, PARTITIONED_JOBS, prune
@@ -34,7 +34,17 @@ DAY = dt.timedelta(days=1)
 
 
 @pytest.fixture
-def partitioned(transactional_db):
+def recipients_as_found(transactional_db):
+    """The recipient table afterwards as it was found: scheduler_partition converts it
+    with the job table."""
+    was_partitioned = recipient_partitions.is_partitioned()
+    yield
+    if not was_partitioned:
+        recipient_partitions.revert()
+
+
+@pytest.fixture
+def partitioned(recipients_as_found):
     """A partitioned job table, as migrate leaves a new install (migration 0033), or as
     the conversion makes it (SCHEDULER_TEST_PLAIN_JOB_TABLE=1); afterwards as found:
     the history partitions a test made are dropped."""
@@ -53,7 +63,7 @@ def partitioned(transactional_db):
 
 
 @pytest.fixture
-def plain(transactional_db):
+def plain(recipients_as_found):
     """The job table as one table, as an install that holds rows has it before the
     conversion; afterwards as migrate left it, partitioned or not."""
     was_partitioned = partitions.is_partitioned()

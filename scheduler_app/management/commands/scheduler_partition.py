@@ -123,10 +123,15 @@ class Command(BaseCommand):
 
     def _describe_recipients(self, converted: bool) -> None:
         if not converted:
+            ahead = (
+                "make %s partitions for the batches to come"
+                % (app_settings.HISTORY_PARTITIONS_AHEAD + 1)
+                if app_settings.RETENTION_BATCHES_DAYS is not None
+                else "make none ahead (RETENTION_BATCHES_DAYS is None: batches are kept)"
+            )
             self.stdout.write(
-                "Would partition the recipient table (its rows stay, in %s) and make %s "
-                "partitions of recipients of the batches to come."
-                % (recipient_partitions.BEFORE, app_settings.HISTORY_PARTITIONS_AHEAD + 1)
+                "Would partition the recipient table (its rows stay, in %s) and %s."
+                % (recipient_partitions.BEFORE, ahead)
             )
             return
         existing = recipient_partitions.range_partitions()
