@@ -305,13 +305,11 @@ def _make_partitions(
         if indexes is None:
             indexes = _history_indexes(HOT)
         # One transaction, one commit; the job table's lock only for the attach, at its end.
-        locked(
-            "DROP TABLE IF EXISTS %s" % partition.name,  # a try cut short
-            *_history_table(partition.name, indexes),
-            _attach(partition),
-        )
-        logger.info("history partition made name=%s", partition.name)
-        made.append(partition)
+        if partitioning.make_and_attach(
+            JOB, partition.name, _history_table(partition.name, indexes), _attach(partition)
+        ):
+            logger.info("history partition made name=%s", partition.name)
+            made.append(partition)
     return made
 
 

@@ -30,6 +30,7 @@ import datetime as dt
 import logging
 import re
 
+from django.db import IntegrityError
 from django.db.models import Exists, OuterRef, QuerySet
 
 from scheduler_app import clock
@@ -49,6 +50,8 @@ PARTITION_PREFIX = RECIPIENT + "_p"
 #: The before partition's bound as a CHECK, validated before the conversion attaches the
 #: table, so that attaching it reads no row (PostgreSQL proves it from the CHECK).
 BEFORE_CHECK = "scheduler_recipient_before"
+#: The overflow partition's CHECK while partitions are attached (see ensure_partitions).
+OVERFLOW_CHECK = "scheduler_recipient_overflow_out"
 #: Batch ids left to the before partition past the last one handed out when the
 #: conversion began: batches created while it validates BEFORE_CHECK freeze there. The
 #: batch ids' sequence then skips to the first partition's (ids are not dense anyway).
@@ -152,30 +155,21 @@ def revert() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _Shape:
-    """What a new partition copies of the table as it was: its indexes, foreign keys and
-    storage parameters (the recipient table's fillfactor)."""
+    """What a new partition copies of the table as it was: its indexes and storage
+    parameters (the recipient table's fillfactor). Not its foreign key to the batch: each
+    partition's would lock the batch table to be made and dropped, behind every batch a
+    transaction changes (the ORM's on_delete deletes a batch's recipients)."""
 
     indexes: list[str]
-    foreign_keys: list[str]
     options: str
 
 
 def _shape(source: str) -> _Shape:
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
-            " WHERE conrelid = %s::regclass AND contype = 'f' ORDER BY conname",
-            [source],
-        )
-        foreign_keys = [
-            "ALTER TABLE %s ADD CONSTRAINT %s_fk%d %s"
-            % (partitioning.TABLE_PLACEHOLDER, partitioning.TABLE_PLACEHOLDER, number, definition)
-            for number, (definition,) in enumerate(cursor.fetchall())
-        ]
         cursor.execute("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", [source])
         options = ", ".join(cursor.fetchone()[0] or [])
     indexes = partitioning.copied_indexes(source, prefixes=("scheduler_recipient_", source + "_"))
-    return _Shape(indexes, foreign_keys, options)
+    return _Shape(indexes, options)
 
 
 def _table(table: str, shape: _Shape) -> list[str]:
@@ -186,7 +180,6 @@ def _table(table: str, shape: _Shape) -> list[str]:
         % (table, BEFORE, " WITH (%s)" % shape.options if shape.options else ""),
         "ALTER TABLE %s DROP CONSTRAINT %s" % (table, BEFORE_CHECK),
         *on_table(shape.indexes, table),
-        *on_table(shape.foreign_keys, table),
     ]
 
 
@@ -253,49 +246,68 @@ def ensure_partitions() -> list[Partition]:
     the recipients of new batches go to the overflow partition, as to one table); return
     those made.
 
-    They start where the last one ends, or, if batches were created past it meanwhile,
-    at the next batch id (those batches' recipients are in the overflow partition). Each
-    is made as a table of its own, indexed while empty, then attached: attaching takes a
-    lock that lets lanes go on (SHARE UPDATE EXCLUSIVE on the recipient table) and reads
-    only the overflow partition.
+    They start where the last one ends, or, if that is less than a width past the next
+    batch id (maintenance fell behind), a width past it, and past the batches in the
+    overflow partition: the batches in between freeze into the overflow partition. Each is
+    made as a table of its own, indexed while empty, then attached, which takes a lock
+    that lets lanes go on (SHARE UPDATE EXCLUSIVE on the recipient table). Attaching would
+    also read the whole overflow partition with its lock held (no lane sending from it
+    could go on meanwhile): a CHECK that keeps the new ranges out of it, validated first
+    without blocking its writes, spares that read.
     """
     if not _kept_for_a_time():
         return []
     made = range_partitions()
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT COALESCE(max(batch_id) + 1, 0) FROM %s" % OVERFLOW,
-        )
+        cursor.execute("SELECT COALESCE(max(batch_id) + 1, 0) FROM %s" % OVERFLOW)
         past_overflow = cursor.fetchone()[0]
-    next_id = _next_batch_id()
-    start = made[-1].end if made else next_id
-    if start <= next_id:
-        start = max(next_id, past_overflow)
-    width = _width()
-    new = []
-    shape: _Shape | None = None
-    while start < next_id + (app_settings.HISTORY_PARTITIONS_AHEAD + 1) * width:
-        partition = _partition(start, width)
-        shape = shape or _shape(BEFORE)
-        locked(
-            "DROP TABLE IF EXISTS %s" % partition.name,  # a try cut short
-            *_table(partition.name, shape),
-            _attach(partition),
-        )
-        logger.info("recipient partition made name=%s", partition.name)
-        new.append(partition)
-        start = partition.end
+    next_id, width = _next_batch_id(), _width()
+    start = max(made[-1].end if made else 0, next_id + width, past_overflow)
+    end = next_id + (app_settings.HISTORY_PARTITIONS_AHEAD + 1) * width
+    if start >= end:
+        return []
+    new: list[Partition] = []
+    try:
+        _keep_out_of_overflow(start, start + -(-(end - start) // width) * width)
+        shape = _shape(BEFORE)
+        while start < end:
+            partition = _partition(start, width)
+            if partitioning.make_and_attach(
+                RECIPIENT, partition.name, _table(partition.name, shape), _attach(partition)
+            ):
+                logger.info("recipient partition made name=%s", partition.name)
+                new.append(partition)
+            start = partition.end
+    except IntegrityError:  # a batch of those ranges froze into the overflow: next run
+        logger.warning("recipient partitions not made: batches froze past the partitions")
+    finally:
+        # Afterwards, or cut short: the overflow takes any batch again.
+        locked("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (OVERFLOW, OVERFLOW_CHECK))
     return new
+
+
+def _keep_out_of_overflow(first: int, end: int) -> None:
+    """Add to the overflow partition a valid CHECK that it holds no batch of [first, end):
+    added unvalidated in a short locked transaction, then validated, which reads the
+    partition without blocking its writes (a freeze of such a batch now fails it)."""
+    locked(
+        "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (OVERFLOW, OVERFLOW_CHECK),
+        "ALTER TABLE %s ADD CONSTRAINT %s CHECK (batch_id < %d OR batch_id >= %d) NOT VALID"
+        % (OVERFLOW, OVERFLOW_CHECK, first, end),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (OVERFLOW, OVERFLOW_CHECK))
 
 
 def _holds_live_batches(partition: Partition, finished: QuerySet) -> bool:
     """Return whether a batch of ``partition``'s range that is not in ``finished`` has
-    recipients there (a batch without any, a draft say, freezes into the overflow
-    partition once the range's partition is gone)."""
+    frozen recipients there. A batch without any (a draft say, seed sends aside) freezes
+    into the overflow partition once the range's partition is gone; its seed markers go
+    with the partition."""
     return (
         SendBatch.objects.filter(pk__gte=partition.first, pk__lt=partition.end)
         .exclude(pk__in=finished.values("pk"))
-        .filter(Exists(Recipient.objects.filter(batch=OuterRef("pk"))))
+        .filter(Exists(Recipient.objects.filter(batch=OuterRef("pk"), is_seed=False)))
         .exists()
     )
 

@@ -10,6 +10,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db.models import DO_NOTHING
 
 from scheduler_app.conf import app_settings, is_number
+from scheduler_app.database import connection
 from scheduler_app.models import Job, Recipient
 from scheduler_app.schedules.recurrence import CronError, check_cron
 
@@ -119,13 +120,14 @@ def check_job_relations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
 @register(Tags.models)
 def check_recipient_relations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
     """Refuse a project's foreign key to Recipient but a DO_NOTHING one without a
-    constraint (E065), with partitioned recipients or their retention.
+    constraint (E065), with partitioned recipients (PostgreSQL) or their retention.
 
     A partitioned recipient table has no unique id alone for a constraint to point at
     (the new partitions' rows would fail it), and retention deletes recipients with one
     statement, or drops them a partition at a time, ignoring on_delete.
     """
-    if app_settings.RETENTION_BATCHES_DAYS is None and not app_settings.PARTITIONED_HISTORY:
+    partitioned = app_settings.PARTITIONED_HISTORY and connection.vendor == "postgresql"
+    if app_settings.RETENTION_BATCHES_DAYS is None and not partitioned:
         return []
     return [
         Error(

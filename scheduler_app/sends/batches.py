@@ -377,7 +377,8 @@ def seed_send(batch: SendBatch, *, by: Any = None) -> list[Recipient]:
             _send_seed(marker, template, provider)
         ids.append(marker.pk)
     stored = Recipient.objects.in_bulk(ids)
-    markers = [stored[pk] for pk in ids]
+    # A finished batch's marker may have gone with retention meanwhile.
+    markers = [stored[pk] for pk in ids if pk in stored]
     if all(m.status == Recipient.Status.SENT for m in markers):
         SendBatch.objects.filter(pk=batch.pk).update(seed_sent_at=now, seed_fingerprint=digest)
     record("batch", str(batch.pk), "seed", by=by)

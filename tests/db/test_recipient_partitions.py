@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 
 from scheduler_app import clock, recipient_partitions
+from scheduler_app.db.postgresql import partitioning
 from scheduler_app.db.postgresql import recipients as statements
 from scheduler_app.db.postgresql.partitioning import id_sequence
 from scheduler_app.models import FeedbackEvent, PruneRun, Recipient, SendBatch
@@ -35,9 +36,14 @@ def batches_kept_30_days(settings):
 @pytest.fixture
 def partitioned(transactional_db):
     """A partitioned recipient table, as migrate leaves a new install (migration 0035), or
-    as the conversion makes it (SCHEDULER_TEST_PLAIN_JOB_TABLE=1), then as found."""
+    as the conversion makes it (SCHEDULER_TEST_PLAIN_JOB_TABLE=1), then as found: the
+    partitions a test made are dropped (the test database's flush follows)."""
     if recipient_partitions.is_partitioned():
+        found = set(recipient_partitions.range_partitions())
         yield
+        with connection.cursor() as cursor:
+            for partition in set(recipient_partitions.range_partitions()) - found:
+                cursor.execute("DROP TABLE %s" % partition.name)
         return
     recipient_partitions.convert()
     try:
@@ -188,7 +194,7 @@ def explain(sql: str, params: dict) -> str:
 
 
 def test_a_lanes_statements_read_only_their_batchs_partition(partitioned):
-    recipient_partitions.ensure_partitions()
+    fresh_partition(1)
     sending = batch()
     recipient = sending.recipients.first()
     params = {
@@ -233,10 +239,16 @@ def fresh_partition(width: int) -> recipient_partitions.Partition:
     ``width`` batches were created in an interval."""
     for _ in range(width - SendBatch.objects.count()):
         batch(Status.DRAFT, recipients=0)
+    recipient_partitions.ensure_partitions()
     batch_ids_past(recipient_partitions.range_partitions()[-1])
-    made = recipient_partitions.ensure_partitions()
-    assert made[0].end - made[0].first == width
-    return made[0]
+    (partition, *_) = recipient_partitions.ensure_partitions()
+    assert partition.end - partition.first == width
+    with connection.cursor() as cursor:  # the batches created next fall in it
+        cursor.execute(
+            "SELECT setval(%s, %s)",
+            [id_sequence(SendBatch._meta.db_table)[0], partition.first - 1],
+        )
+    return partition
 
 
 def finished_in_one_partition(count: int) -> list[SendBatch]:
@@ -278,6 +290,10 @@ def test_a_batch_still_sending_keeps_its_partition_and_a_draft_without_recipient
     sending = batch(Status.SENDING)
     draft = batch(Status.DRAFT, recipients=0)
     assert partition_of(finished) == partition_of(sending) == partition_of(draft) == partition
+    # A seed send of the draft: its marker does not keep the partition.
+    Recipient.objects.create(
+        batch=draft, recipient_key="seed:x:a@example.com", address="a@example.com", is_seed=True
+    )
     batch_ids_past(partition)
 
     run = prune(clock.now())
@@ -332,10 +348,38 @@ def test_a_prune_makes_partitions_ahead_past_the_overflow(partitioned):
     recipient_partitions.ensure_partitions()
     batch_ids_past(recipient_partitions.range_partitions()[-1])
     overflowed = batch()
+    before = set(recipient_partitions.range_partitions())
+
     prune(clock.now())
-    made = recipient_partitions.range_partitions()
-    assert made[-1].end > overflowed.pk + 1
-    assert batch().pk >= made[0].first and where(overflowed) == recipient_partitions.OVERFLOW
+
+    made = sorted(set(recipient_partitions.range_partitions()) - before, key=lambda p: p.first)
+    assert made and made[0].first > overflowed.pk  # attaching them read no row of it
+    assert where(overflowed) == recipient_partitions.OVERFLOW
+    with connection.cursor() as cursor:  # the overflow takes any batch again
+        cursor.execute(
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = %s::regclass AND contype = 'c'"
+            " AND conname = %s",
+            [recipient_partitions.OVERFLOW, recipient_partitions.OVERFLOW_CHECK],
+        )
+        assert cursor.fetchone()[0] == 0
+
+
+def test_a_partition_another_run_attached_is_kept_with_its_recipients(partitioned):
+    """Two maintenance runs (a prune, scheduler_partition) may make the same partition:
+    the second must not take it for a try cut short."""
+    partition = fresh_partition(1)
+    sending = batch()
+    assert partition_of(sending) == partition
+
+    made = partitioning.make_and_attach(
+        recipient_partitions.RECIPIENT,
+        partition.name,
+        [f"CREATE TABLE {partition.name} (LIKE {recipient_partitions.BEFORE})"],
+        f"ALTER TABLE {recipient_partitions.RECIPIENT} ATTACH PARTITION {partition.name}"
+        f" FOR VALUES FROM ({partition.first}) TO ({partition.end})",
+    )
+
+    assert made is False and sending.recipients.count() == 2
 
 
 def test_the_command_partitions_the_recipient_table_and_says_so(plain, capsys):
@@ -353,9 +397,9 @@ def test_the_command_partitions_the_recipient_table_and_says_so(plain, capsys):
 def test_batches_kept_for_ever_get_no_partitions_and_share_the_overflow(partitioned, settings):
     """Partitions that retention never drops would only add up: every lane's statement
     would carry them."""
-    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "RETENTION_BATCHES_DAYS": None}
     recipient_partitions.ensure_partitions()
     batch_ids_past(recipient_partitions.range_partitions()[-1])
+    settings.SCHEDULER_APP = {**settings.SCHEDULER_APP, "RETENTION_BATCHES_DAYS": None}
     before = recipient_partitions.range_partitions()
 
     prune(clock.now())

@@ -90,9 +90,8 @@ def test_a_relation_to_recipient_is_refused_while_recipients_may_be_partitioned(
             class Meta:
                 app_label = "testapp"
 
-        with override_settings(
-            SCHEDULER_APP={**settings.SCHEDULER_APP, "PARTITIONED_HISTORY": True}
-        ):
+        pruned = {**settings.SCHEDULER_APP, "RETENTION_BATCHES_DAYS": 90}
+        with override_settings(SCHEDULER_APP=pruned):
             errors = check_recipient_relations(app_configs=apps.get_app_configs())
         kept = {
             **settings.SCHEDULER_APP,

@@ -66,6 +66,34 @@ def locked_steps(steps: Callable[[Any], T]) -> T:
     raise AssertionError("unreachable")  # the last try returns or raises
 
 
+def make_and_attach(parent: str, table: str, make: list[str], attach: str) -> bool:
+    """Make ``table`` with the statements ``make`` and attach it to ``parent`` with
+    ``attach``, in one transaction (see locked_steps); return False, making nothing, if
+    another maintenance run attached it meanwhile. Runs making ``parent``'s partitions take
+    turns (an advisory lock until commit); a table of that name left unattached (a try cut
+    short) is dropped first."""
+
+    def steps(cursor) -> bool:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(%s))", ["scheduler_app.partitions:" + parent]
+        )
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(%s)),"
+            " to_regclass(%s) IS NOT NULL",
+            [table, table],
+        )
+        attached, exists = cursor.fetchone()
+        if attached:
+            return False
+        if exists:
+            cursor.execute("DROP TABLE %s" % table)
+        for statement in (*make, attach):
+            cursor.execute(statement)
+        return True
+
+    return locked_steps(steps)
+
+
 def id_sequence(table: str) -> tuple[str | None, bool]:
     """Return (the sequence ``table``'s id column owns, if any; whether it is an identity
     column)."""
