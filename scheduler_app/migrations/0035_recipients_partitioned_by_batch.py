@@ -29,6 +29,19 @@ def partition_new_install(apps, schema_editor):
     recipient_partitions.convert()
 
 
+def unlink_feedback_from_pruned_recipients(apps, schema_editor):
+    """Backwards, before the constraint comes back: an event recorded while its recipient
+    was being pruned may name one that is gone."""
+    from django.db.models import Exists, OuterRef
+
+    FeedbackEvent = apps.get_model("scheduler_app", "FeedbackEvent")
+    Recipient = apps.get_model("scheduler_app", "Recipient")
+    alias = schema_editor.connection.alias
+    FeedbackEvent.objects.using(alias).exclude(recipient=None).exclude(
+        Exists(Recipient.objects.using(alias).filter(pk=OuterRef("recipient_id")))
+    ).update(recipient=None)
+
+
 def put_back_as_one_table(apps, schema_editor):
     from scheduler_app import partitions, recipient_partitions
 
@@ -55,5 +68,6 @@ class Migration(migrations.Migration):
                 to="scheduler_app.recipient",
             ),
         ),
+        migrations.RunPython(migrations.RunPython.noop, unlink_feedback_from_pruned_recipients),
         migrations.RunPython(partition_new_install, put_back_as_one_table),
     ]

@@ -155,10 +155,20 @@ def test_migrate_partitions_the_recipient_table_of_a_new_install(monkeypatch):
                 "'{}', false, 'pending', 0, '', '', '')",
                 [batch_id],
             )
+            # An event recorded while its recipient was being pruned: no constraint now.
+            db.execute(
+                "INSERT INTO scheduler_app_feedbackevent (event_id, kind, source, address, "
+                "message, detail, occurred_at, recorded_at, recipient_id) VALUES ('e', "
+                "'complaint', 'webhook', 'a@example.com', '', '', now(), now(), 999999)"
+            )
         assert state(url) == (True, ["k"], False)
 
         migrate_database(url, "scheduler_app", "0034")  # back: one table, its rows kept
         assert state(url) == (False, ["k"], True)
+        with psycopg.connect(url) as db:  # unlinked before the constraint came back
+            assert db.execute(
+                "SELECT recipient_id FROM scheduler_app_feedbackevent"
+            ).fetchall() == [(None,)]
 
         migrate_database(url, "scheduler_app")  # it holds rows: scheduler_partition's work
         assert state(url) == (False, ["k"], False)
