@@ -171,15 +171,25 @@ def _delete(model: Any) -> Callable[[list[Any]], int]:
     return delete
 
 
-def _prune_jobs_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
-    from scheduler_app.db.postgresql import prune_finished_jobs
-
+def _table_by_table(tables: tuple[str, ...], remove: Callable[[str, int], int], limit: int) -> int:
+    """Return the rows ``remove(table, limit left)`` removed from ``tables`` in turn, up
+    to ``limit`` in all."""
     removed = 0
-    for table in _job_tables():
-        removed += prune_finished_jobs(cutoff=cutoff, limit=limit - removed, table=table)
+    for table in tables:
+        removed += remove(table, limit - removed)
         if removed == limit:
             break
     return removed
+
+
+def _prune_jobs_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
+    from scheduler_app.db.postgresql import prune_finished_jobs
+
+    return _table_by_table(
+        _job_tables(),
+        lambda table, left: prune_finished_jobs(cutoff=cutoff, limit=left, table=table),
+        limit,
+    )
 
 
 def _count_jobs_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
@@ -193,14 +203,13 @@ def _count_jobs_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
 def _prune_recipients_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
     from scheduler_app.db.postgresql import prune_recipients
 
-    removed = 0
-    for table in recipient_partitions.row_by_row_tables():
-        removed += prune_recipients(
-            batches=finished_batches(cutoff), limit=limit - removed, table=table
-        )
-        if removed == limit:
-            break
-    return removed
+    return _table_by_table(
+        recipient_partitions.row_by_row_tables(),
+        lambda table, left: prune_recipients(
+            batches=finished_batches(cutoff), limit=left, table=table
+        ),
+        limit,
+    )
 
 
 def _count_recipients_on_postgresql(cutoff: dt.datetime, limit: int) -> int:
@@ -378,8 +387,9 @@ class SentHistory:
     """A run's work on partitioned recipients (scheduler_app.recipient_partitions)."""
 
     #: The partitions all of whose batches with recipients finished before the batches'
-    #: cutoff, dropped whole (none while batches are kept forever).
-    expired: list[recipient_partitions.Partition]
+    #: cutoff, dropped whole (none while batches are kept forever), with the recipients
+    #: each holds, from the statistics (partitioning.estimated_rows).
+    expired: dict[recipient_partitions.Partition, int]
 
     @classmethod
     def read(cls, cutoffs: dict[str, dt.datetime], *, make_ahead: bool) -> SentHistory | None:
@@ -391,8 +401,13 @@ class SentHistory:
             recipient_partitions.ensure_partitions()
         cutoff = cutoffs.get("recipients")
         if cutoff is None:
-            return cls(expired=[])
-        return cls(expired=recipient_partitions.expired(finished_batches(cutoff)))
+            return cls(expired={})
+        return cls(
+            expired={
+                partition: estimated_rows([partition.name])
+                for partition in recipient_partitions.expired(finished_batches(cutoff))
+            }
+        )
 
 
 def qualifying(
@@ -422,7 +437,7 @@ def qualifying(
             counts[PARTITIONED_JOBS] = estimated_rows([p.name for p in history.expired])
         counts[MOVED_JOBS] = partitions.history_to_move(history.move_since, limit=limit)
     if sent is not None and "recipients" in cutoffs:
-        counts[PARTITIONED_RECIPIENTS] = estimated_rows([p.name for p in sent.expired])
+        counts[PARTITIONED_RECIPIENTS] = sum(sent.expired.values())
     if REPORTS in cutoffs:
         counts[REPORTS] = len(_old_reports(cutoffs[REPORTS])[:limit])
     return counts
@@ -465,12 +480,11 @@ def _drop_recipients(sent: SentHistory, cutoff: dt.datetime) -> int:
     """Drop the expired partitions of recipients (each checked again as it goes: a batch
     frozen meanwhile keeps its partition); return the recipients they held, from the
     statistics."""
-    dropped = 0
-    for partition in sent.expired:
-        rows = estimated_rows([partition.name])
-        if recipient_partitions.drop(partition, finished_batches(cutoff)):
-            dropped += rows
-    return dropped
+    return sum(
+        rows
+        for partition, rows in sent.expired.items()
+        if recipient_partitions.drop(partition, finished_batches(cutoff))
+    )
 
 
 #: The counts of rows that go with whole partitions, or are moved: outside the breaker.

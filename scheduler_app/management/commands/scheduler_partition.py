@@ -73,9 +73,7 @@ class Command(BaseCommand):
                 % recipient_partitions.BEFORE
             )
         for partition in recipients_made:
-            self.stdout.write(
-                "made %s (batches %s to %s)" % (partition.name, partition.first, partition.end - 1)
-            )
+            self.stdout.write("made %s" % self._batches_shown(partition))
         for partition in made:
             self.stdout.write("made %s (%s to %s)" % self._shown(partition))
         self.stdout.write(
@@ -139,9 +137,7 @@ class Command(BaseCommand):
             "The recipient table is partitioned: %s partitions of batches." % len(existing)
         )
         for partition in existing:
-            self.stdout.write(
-                "  %s (batches %s to %s)" % (partition.name, partition.first, partition.end - 1)
-            )
+            self.stdout.write("  %s" % self._batches_shown(partition))
 
     def _describe(self, converted: bool, options: dict[str, Any]) -> None:
         if not converted:
@@ -169,6 +165,10 @@ class Command(BaseCommand):
                 "--move-history would move %s finished jobs into partitions."
                 % (count if count <= max_rows else "more than %s (refused: --max-rows)" % max_rows)
             )
+
+    @staticmethod
+    def _batches_shown(partition: recipient_partitions.Partition) -> str:
+        return "%s (batches %s to %s)" % (partition.name, partition.first, partition.end - 1)
 
     @staticmethod
     def _shown(partition: partitions.Partition) -> tuple[str, str, str]:
