@@ -29,6 +29,8 @@ from tests.helpers import (
 )
 
 Status = Job.Status
+#: Read once, when the module is imported, which may be before the test database's
+#: migrations made the partitions of the day they ran: see the ``partitioned`` fixture.
 NOW = dt.datetime.now(dt.UTC)
 DAY = dt.timedelta(days=1)
 
@@ -46,16 +48,19 @@ def recipients_as_found(transactional_db):
 @pytest.fixture
 def partitioned(recipients_as_found):
     """A partitioned job table, as migrate leaves a new install (migration 0033), or as
-    the conversion makes it (SCHEDULER_TEST_PLAIN_JOB_TABLE=1); afterwards as found:
-    the history partitions a test made are dropped."""
+    the conversion makes it (SCHEDULER_TEST_PLAIN_JOB_TABLE=1), with the partitions of
+    NOW's interval and those ahead of it (a run that crosses midnight made the current
+    ones after NOW); afterwards as found: the history partitions a test made are dropped."""
     if partitions.is_partitioned():
         found = {partition.name for partition in partitions.history_partitions()}
+        partitions.ensure_partitions(now=NOW)
         yield
         for partition in partitions.history_partitions():
             if partition.name not in found:
                 partitions.drop(partition)
         return
     partitions.convert()
+    partitions.ensure_partitions(now=NOW)
     try:
         yield
     finally:
