@@ -132,6 +132,7 @@ DEFAULTS: dict[str, Any] = {
     "PARTITIONED_HISTORY": True,
     "HISTORY_PARTITION_MINUTES": 1440,
     "HISTORY_PARTITIONS_AHEAD": 7,
+    "OCCURRENCE_PARTITION_DAYS": 7,
     # The database of scheduler_app's tables (an alias of DATABASES; see
     # docs/separate-database.md), and the business database whose commits schedule() waits
     # for when they are not the same one (the outbox mode); None: schedule() writes at once.
@@ -418,8 +419,10 @@ DESCRIPTIONS: dict[str, str] = {
         "history, counted from `finished_at`. `None` keeps them."
     ),
     "RETENTION_OCCURRENCES_DAYS": (
-        "Days to keep the record of schedule occurrences (enqueued, skipped, error). "
-        "`None` keeps them."
+        "Days to keep the record of schedule occurrences (enqueued, skipped, error). With "
+        "partitioned occurrences (PostgreSQL), a partition of them goes whole once its "
+        "interval is past the cutoff and none of its runs is pending or running. `None` "
+        "keeps them."
     ),
     "RETENTION_CONTROL_EVENTS_DAYS": (
         "Days to keep the audit trail of pauses, resumes and cancels. `None` keeps it."
@@ -456,9 +459,10 @@ DESCRIPTIONS: dict[str, str] = {
         "`None` switches it off."
     ),
     "PARTITIONED_HISTORY": (
-        "On PostgreSQL, whether `migrate` partitions the job and recipient tables while "
-        "they are empty (a new install; migrations 0033 and 0035), so that retention drops "
-        "finished jobs, and finished batches' recipients, by whole partitions. An install "
+        "On PostgreSQL, whether `migrate` partitions the job, recipient and schedule "
+        "occurrence tables while they are empty (a new install; migrations 0033, 0035 and "
+        "0036), so that retention drops finished jobs, finished batches' recipients and "
+        "old occurrences by whole partitions. An install "
         "whose tables hold rows keeps one table each until `scheduler_partition` converts "
         "them online. `False` keeps one table each; SQLite always does."
     ),
@@ -467,15 +471,23 @@ DESCRIPTIONS: dict[str, str] = {
         "`scheduler_partition`): the minutes of finish times one history partition holds, "
         "aligned to UTC (1440: a day). Retention drops a partition once all of it is past "
         "the cutoff, so finished jobs are kept up to this much longer than "
-        "`RETENTION_JOBS_DAYS`. A partition of recipients is made as wide as the batches "
+        "`RETENTION_JOBS_DAYS`. A partition of schedule occurrences holds this long of "
+        "occurrence times; a partition of recipients is made as wide as the batches "
         "created in this long."
     ),
     "HISTORY_PARTITIONS_AHEAD": (
         "With partitioned history: how many partitions after the current one "
-        "`scheduler_partition` and each prune make ahead, of jobs and of recipients. Jobs "
-        "that finish in an interval without its partition, and recipients of batches past "
-        "the partitions made, go to an overflow partition, whose rows retention deletes "
-        "one by one."
+        "`scheduler_partition` and each prune make ahead, of jobs, of schedule occurrences "
+        "and of recipients. Jobs that finish in an interval without its partition, "
+        "occurrences of such an interval, and recipients of batches past the partitions "
+        "made, go to an overflow partition, whose rows retention deletes one by one."
+    ),
+    "OCCURRENCE_PARTITION_DAYS": (
+        "With partitioned schedule occurrences (PostgreSQL): the days of occurrence times "
+        "one partition holds, aligned to UTC. Occurrences are few next to jobs, and every "
+        "look-up of a schedule's latest ones reads each partition: wide partitions keep "
+        "them few. Retention drops a partition once all of it is past the cutoff, so "
+        "occurrences are kept up to this much longer than `RETENTION_OCCURRENCES_DAYS`."
     ),
     "DATABASE": (
         "The alias in `DATABASES` of the database that holds scheduler_app's tables. Another "

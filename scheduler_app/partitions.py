@@ -109,10 +109,12 @@ def interval() -> dt.timedelta:
     return dt.timedelta(minutes=app_settings.HISTORY_PARTITION_MINUTES)
 
 
-def _start_of(moment: dt.datetime) -> dt.datetime:
-    """Return the start of the partition interval ``moment`` falls in (UTC-aligned)."""
+def start_of(moment: dt.datetime, width: dt.timedelta | None = None) -> dt.datetime:
+    """Return the start of the partition interval (of ``width``, default interval())
+    ``moment`` falls in (UTC-aligned)."""
+    width = width or interval()
     epoch = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-    return epoch + ((moment - epoch) // interval()) * interval()
+    return epoch + ((moment - epoch) // width) * width
 
 
 def convert() -> list[Partition]:
@@ -143,7 +145,7 @@ def convert() -> list[Partition]:
             cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (JOB, HOT_CHECK))
         sequence, identity = partitioning.id_sequence(JOB)
         indexes = _history_indexes(JOB)
-        now = _start_of(clock.now())
+        now = start_of(clock.now())
         first = [_partition(now), _partition(now + interval())]
         locked(
             "ALTER TABLE %s RENAME TO %s" % (JOB, HOT),
@@ -239,12 +241,18 @@ def _history_indexes(source: str) -> list[str]:
 
 def history_partitions() -> list[Partition]:
     """Return the history partitions, oldest first (not the hot nor the overflow one)."""
+    return time_partitions(JOB, PARTITION_PREFIX)
+
+
+def time_partitions(parent: str, prefix: str) -> list[Partition]:
+    """Return the partitions of ``parent`` whose names start with ``prefix``, each of an
+    interval of time, oldest first."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
             " JOIN pg_class c ON c.oid = i.inhrelid"
             " WHERE i.inhparent = %s::regclass AND c.relname LIKE %s",
-            [JOB, PARTITION_PREFIX.replace("_", r"\_") + "%"],
+            [parent, prefix.replace("_", r"\_") + "%"],
         )
         rows = cursor.fetchall()
     partitions = []
@@ -265,7 +273,7 @@ def ensure_partitions(
     """Make the partitions of the current interval and the next HISTORY_PARTITIONS_AHEAD
     ones that are missing; return those made. ``existing``: history_partitions(), if the
     caller has read them."""
-    start = _start_of(now or clock.now())
+    start = start_of(now or clock.now())
     return _make_partitions(
         (start + step * interval() for step in range(app_settings.HISTORY_PARTITIONS_AHEAD + 1)),
         existing,
@@ -314,13 +322,24 @@ def _make_partitions(
 
 
 def _partition(begin: dt.datetime) -> Partition:
-    """Return the partition of the interval that begins at ``begin`` (made or not)."""
-    return Partition(PARTITION_PREFIX + begin.strftime("%Y%m%dt%H%M"), begin, begin + interval())
+    """Return the history partition of the interval that begins at ``begin`` (made or not)."""
+    return time_partition(PARTITION_PREFIX, begin, interval())
+
+
+def time_partition(prefix: str, begin: dt.datetime, width: dt.timedelta) -> Partition:
+    """Return the partition named with ``prefix`` of the interval of ``width`` that begins
+    at ``begin``."""
+    return Partition(prefix + begin.strftime("%Y%m%dt%H%M"), begin, begin + width)
 
 
 def _attach(partition: Partition) -> str:
+    return attach_interval(JOB, partition)
+
+
+def attach_interval(parent: str, partition: Partition) -> str:
+    """Return the statement that attaches ``partition`` to ``parent`` for its interval."""
     return "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')" % (
-        JOB,
+        parent,
         partition.name,
         partition.start.isoformat(),
         partition.end.isoformat(),
@@ -367,7 +386,7 @@ def move_history(
         earliest = cursor.fetchone()[0]
     if earliest is None:
         return
-    begin, current = _start_of(earliest), _start_of(clock.now())
+    begin, current = start_of(earliest), start_of(clock.now())
     _make_partitions(begin + step * interval() for step in range((current - begin) // interval()))
     ensure_partitions()
     left = limit

@@ -107,12 +107,7 @@ def convert() -> list[Partition]:
     first = [_partition(bound, _width())] if _kept_for_a_time() else []
     batch_ids = partitioning.id_sequence(BATCH)[0]
     locked(
-        "ALTER TABLE %s RENAME TO %s" % (RECIPIENT, BEFORE),
-        "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
-        " PARTITION BY RANGE (batch_id)" % (RECIPIENT, BEFORE),
-        "ALTER TABLE %s DROP CONSTRAINT %s" % (RECIPIENT, BEFORE_CHECK),
-        "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (MINVALUE) TO (%d)"
-        % (RECIPIENT, BEFORE, bound),
+        *partitioning.in_place_of(RECIPIENT, BEFORE, BEFORE_CHECK, "batch_id", str(bound)),
         *_table(OVERFLOW, shape),
         "ALTER TABLE %s ATTACH PARTITION %s DEFAULT" % (RECIPIENT, OVERFLOW),
         *(statement for p in first for statement in (*_table(p.name, shape), _attach(p))),
@@ -130,27 +125,10 @@ def convert() -> list[Partition]:
 
 def revert() -> None:
     """Put a partitioned recipient table back as one table, its rows kept (migration
-    0035's reverse).
-
-    In one transaction: the before partition is detached, every other partition's rows
-    are copied into it, the partitioned table is dropped with its partitions, and the
-    before partition is renamed to the recipient table (the ids' sequence goes on, owned
-    by its id column). It locks the recipient table while the rows move: an operator's
-    step, not a deploy's. Does nothing if the table is not partitioned.
-    """
-    if not is_partitioned():
-        return
-    sequence = partitioning.id_sequence(RECIPIENT)[0]
-    locked(
-        "SET CONSTRAINTS ALL IMMEDIATE",
-        *(["ALTER SEQUENCE %s OWNED BY %s.id" % (sequence, BEFORE)] if sequence else []),
-        "ALTER TABLE %s DETACH PARTITION %s" % (RECIPIENT, BEFORE),
-        "ALTER TABLE %s DROP CONSTRAINT %s" % (BEFORE, BEFORE_CHECK),
-        "INSERT INTO %s SELECT * FROM %s" % (BEFORE, RECIPIENT),
-        "DROP TABLE %s" % RECIPIENT,
-        "ALTER TABLE %s RENAME TO %s" % (BEFORE, RECIPIENT),
-    )
-    logger.info("partitioned table put back as one table=%s", RECIPIENT)
+    0035's reverse: see partitioning.put_back). Does nothing if the table is not
+    partitioned."""
+    if is_partitioned():
+        partitioning.put_back(RECIPIENT, BEFORE, BEFORE_CHECK)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,7 +246,12 @@ def ensure_partitions() -> list[Partition]:
         return []
     new: list[Partition] = []
     try:
-        _keep_out_of_overflow(start, start + -(-(end - start) // width) * width)
+        # A freeze of a batch of those ranges into the overflow now fails the CHECK.
+        partitioning.validated_check(
+            OVERFLOW,
+            OVERFLOW_CHECK,
+            "batch_id < %d OR batch_id >= %d" % (start, start + -(-(end - start) // width) * width),
+        )
         shape = _shape(BEFORE)
         while start < end:
             partition = _partition(start, width)
@@ -284,19 +267,6 @@ def ensure_partitions() -> list[Partition]:
         # Afterwards, or cut short: the overflow takes any batch again.
         locked("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (OVERFLOW, OVERFLOW_CHECK))
     return new
-
-
-def _keep_out_of_overflow(first: int, end: int) -> None:
-    """Add to the overflow partition a valid CHECK that it holds no batch of [first, end):
-    added unvalidated in a short locked transaction, then validated, which reads the
-    partition without blocking its writes (a freeze of such a batch now fails it)."""
-    locked(
-        "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (OVERFLOW, OVERFLOW_CHECK),
-        "ALTER TABLE %s ADD CONSTRAINT %s CHECK (batch_id < %d OR batch_id >= %d) NOT VALID"
-        % (OVERFLOW, OVERFLOW_CHECK, first, end),
-    )
-    with connection.cursor() as cursor:
-        cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (OVERFLOW, OVERFLOW_CHECK))
 
 
 def _holds_live_batches(partition: Partition, finished: QuerySet) -> bool:

@@ -27,8 +27,11 @@ worker's finish within the retention move into history (``jobs_moved_to_history`
 With partitioned recipients (scheduler_app.recipient_partitions), the partitions of
 ranges of batches all of whose batches with recipients finished before the cutoff are
 dropped whole (``recipients_in_partitions``); the recipients of finished batches in the
-before and overflow partitions are deleted row by row. Each real run first makes the
-partitions ahead.
+before and overflow partitions are deleted row by row. With partitioned occurrences
+(scheduler_app.occurrence_partitions), the partitions of intervals before the cutoff none
+of whose occurrences has an unfinished job are dropped whole
+(``occurrences_in_partitions``); the old occurrences of the before and overflow
+partitions are deleted row by row. Each real run first makes the partitions ahead.
 """
 
 from __future__ import annotations
@@ -37,13 +40,19 @@ import dataclasses
 import datetime as dt
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.files.storage import default_storage
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from scheduler_app import clock, database, partitions, recipient_partitions
+from scheduler_app import (
+    clock,
+    database,
+    occurrence_partitions,
+    partitions,
+    recipient_partitions,
+)
 from scheduler_app.alerts.links import admin_link
 from scheduler_app.alerts.memory import remember_pruned
 from scheduler_app.alerts.store import open_alert
@@ -120,9 +129,13 @@ def finished_batches(cutoff: dt.datetime) -> QuerySet:
 
 def _old_occurrences(cutoff: dt.datetime) -> QuerySet:
     # An occurrence whose job is unfinished stays: the overlap policy looks for it.
-    return ScheduleOccurrence.objects.filter(occurrence_at__lt=cutoff).filter(
+    old = ScheduleOccurrence.objects.filter(occurrence_at__lt=cutoff).filter(
         Q(job=None) | Q(job__status__in=Job.FINISHED)
     )
+    # Those of a partition of an interval go with it, whole, once none of them stays.
+    for partition in occurrence_partitions.range_partitions_before(cutoff):
+        old = old.exclude(occurrence_at__gte=partition.start, occurrence_at__lt=partition.end)
+    return old
 
 
 def _recipients_of_finished_batches(cutoff: dt.datetime) -> QuerySet:
@@ -297,6 +310,8 @@ SETTINGS = {kind.name: kind.setting for kind in KINDS} | {REPORTS: "RETENTION_DR
 PARTITIONED_JOBS = "jobs_in_partitions"
 #: The count of the recipients of finished batches that went with whole partitions.
 PARTITIONED_RECIPIENTS = "recipients_in_partitions"
+#: The count of the old occurrences that went with whole partitions.
+PARTITIONED_OCCURRENCES = "occurrences_in_partitions"
 #: The count of the finished jobs a run moved from the hot partition into history
 #: partitions (those that ended outside the worker's finish): moved, not removed.
 MOVED_JOBS = "jobs_moved_to_history"
@@ -326,15 +341,19 @@ def prune(
     cutoffs = cutoffs_for(reference_time)
     try:
         history = History.read(cutoffs, make_ahead=not dry_run)
-        sent = SentHistory.read(cutoffs, make_ahead=not dry_run)
+        whole = [
+            read
+            for of in PARTITIONED_KINDS
+            if (read := WholePartitions.read(of, cutoffs, make_ahead=not dry_run)) is not None
+        ]
         # Counted up to one past the breaker: the count costs at most max_rows index entries.
-        counts = qualifying(cutoffs, limit=max_rows + 1, history=history, sent=sent)
+        counts = qualifying(cutoffs, limit=max_rows + 1, history=history, whole=whole)
         if dry_run:
             _finish(run, PruneRun.Outcome.DRY_RUN, counts, "")
         elif rows_one_by_one(counts) > max_rows:
             _refuse(run, counts)
         else:
-            done = _remove(cutoffs, counts, max_rows, history, sent)
+            done = _remove(cutoffs, counts, max_rows, history, whole)
             _finish(run, PruneRun.Outcome.PRUNED, done, "")
     except Exception as exc:
         _finish(run, PruneRun.Outcome.FAILED, run.counts, "%s: %s" % (type(exc).__name__, exc))
@@ -382,32 +401,73 @@ class History:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class SentHistory:
-    """A run's work on partitioned recipients (scheduler_app.recipient_partitions)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PartitionedKind:
+    """A kind whose table may be partitioned so that its rows go a partition at a time
+    (recipients: scheduler_app.recipient_partitions; occurrences:
+    scheduler_app.occurrence_partitions)."""
 
-    #: The partitions all of whose batches with recipients finished before the batches'
-    #: cutoff, dropped whole (none while batches are kept forever), with the recipients
-    #: each holds, from the statistics (partitioning.estimated_rows).
-    expired: dict[recipient_partitions.Partition, int]
+    #: The kind whose cutoff applies, and the count of the rows its dropped partitions held.
+    kind: str
+    count: str
+    is_partitioned: Callable[[], bool]
+    ensure_partitions: Callable[[], Any]
+    #: cutoff -> the partitions retention may drop.
+    expired: Callable[[dt.datetime], list]
+    #: (partition, cutoff) -> whether it was dropped (each is checked again as it goes).
+    drop: Callable[[Any, dt.datetime], bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class WholePartitions:
+    """A run's partitions of one PartitionedKind to drop whole."""
+
+    of: PartitionedKind
+    #: The partitions retention may drop (none while the kind is kept forever), with the
+    #: rows each holds, from the statistics (partitioning.estimated_rows).
+    expired: dict[Any, int]
 
     @classmethod
-    def read(cls, cutoffs: dict[str, dt.datetime], *, make_ahead: bool) -> SentHistory | None:
-        """Return the run's work on the recipients, None if their table is not
+    def read(
+        cls, of: PartitionedKind, cutoffs: dict[str, dt.datetime], *, make_ahead: bool
+    ) -> WholePartitions | None:
+        """Return the run's partitions of ``of`` to drop, None if its table is not
         partitioned; with ``make_ahead``, make the partitions ahead first."""
-        if connection.vendor != "postgresql" or not recipient_partitions.is_partitioned():
+        if connection.vendor != "postgresql" or not of.is_partitioned():
             return None
         if make_ahead:
-            recipient_partitions.ensure_partitions()
-        cutoff = cutoffs.get("recipients")
+            of.ensure_partitions()
+        cutoff = cutoffs.get(of.kind)
         if cutoff is None:
-            return cls(expired={})
-        return cls(
-            expired={
-                partition: estimated_rows([partition.name])
-                for partition in recipient_partitions.expired(finished_batches(cutoff))
-            }
-        )
+            return cls(of, {})
+        return cls(of, {p: estimated_rows([p.name]) for p in of.expired(cutoff)})
+
+    def drop(self, cutoff: dt.datetime) -> int:
+        """Drop the expired partitions (one that no longer qualifies stays); return the rows
+        they held, from the statistics."""
+        return sum(rows for p, rows in self.expired.items() if self.of.drop(p, cutoff))
+
+
+PARTITIONED_KINDS = (
+    PartitionedKind(
+        kind="recipients",
+        count=PARTITIONED_RECIPIENTS,
+        is_partitioned=recipient_partitions.is_partitioned,
+        ensure_partitions=recipient_partitions.ensure_partitions,
+        expired=lambda cutoff: recipient_partitions.expired(finished_batches(cutoff)),
+        drop=lambda partition, cutoff: recipient_partitions.drop(
+            partition, finished_batches(cutoff)
+        ),
+    ),
+    PartitionedKind(
+        kind="occurrences",
+        count=PARTITIONED_OCCURRENCES,
+        is_partitioned=occurrence_partitions.is_partitioned,
+        ensure_partitions=occurrence_partitions.ensure_partitions,
+        expired=occurrence_partitions.expired,
+        drop=lambda partition, cutoff: occurrence_partitions.drop(partition),
+    ),
+)
 
 
 def qualifying(
@@ -415,14 +475,14 @@ def qualifying(
     *,
     limit: int,
     history: History | None = None,
-    sent: SentHistory | None = None,
+    whole: Sequence[WholePartitions] = (),
 ) -> dict[str, int]:
     """Return kind -> rows (or files) that qualify, each counted up to ``limit``; with
     ``history`` (the job table is partitioned), the jobs of the expired partitions as
     PARTITIONED_JOBS, from the statistics (partitioning.estimated_rows), and the ended
-    jobs of the hot partition that would move into history as MOVED_JOBS; with ``sent``
-    (the recipient table is partitioned), the recipients of its expired partitions as
-    PARTITIONED_RECIPIENTS."""
+    jobs of the hot partition that would move into history as MOVED_JOBS; for each of
+    ``whole`` (a partitioned table of recipients or occurrences), the rows of its expired
+    partitions as its count (PARTITIONED_RECIPIENTS, PARTITIONED_OCCURRENCES)."""
     counts = {}
     for kind in KINDS:
         if kind.name not in cutoffs:
@@ -436,8 +496,9 @@ def qualifying(
         if "jobs" in cutoffs:
             counts[PARTITIONED_JOBS] = estimated_rows([p.name for p in history.expired])
         counts[MOVED_JOBS] = partitions.history_to_move(history.move_since, limit=limit)
-    if sent is not None and "recipients" in cutoffs:
-        counts[PARTITIONED_RECIPIENTS] = sum(sent.expired.values())
+    for read in whole:
+        if read.of.kind in cutoffs:
+            counts[read.of.count] = sum(read.expired.values())
     if REPORTS in cutoffs:
         counts[REPORTS] = len(_old_reports(cutoffs[REPORTS])[:limit])
     return counts
@@ -448,9 +509,14 @@ def _remove(
     counts: dict[str, int],
     budget: int,
     history: History | None,
-    sent: SentHistory | None,
+    whole: list[WholePartitions],
 ) -> dict:
-    if counts.get("jobs") or counts.get("occurrences") or (history and history.expired):
+    if (
+        counts.get("jobs")
+        or counts.get("occurrences")
+        or counts.get(PARTITIONED_OCCURRENCES)
+        or (history and history.expired)
+    ):
         # Before anything goes: the absent and suspicious-success rules still need it.
         remember_pruned(cutoffs.get("jobs"), cutoffs.get("occurrences"))
     done: dict[str, int] = {}
@@ -459,8 +525,9 @@ def _remove(
             partitions.drop(partition)
         # Counted by qualifying() for the same cutoff: the drops read no rows.
         done[PARTITIONED_JOBS] = counts[PARTITIONED_JOBS]
-    if sent is not None and "recipients" in cutoffs:
-        done[PARTITIONED_RECIPIENTS] = _drop_recipients(sent, cutoffs["recipients"])
+    for read in whole:
+        if read.of.kind in cutoffs:
+            done[read.of.count] = read.drop(cutoffs[read.of.kind])
     for kind in KINDS:
         if kind.name in cutoffs:
             left = budget - rows_one_by_one(done)
@@ -476,19 +543,8 @@ def _remove(
     return done
 
 
-def _drop_recipients(sent: SentHistory, cutoff: dt.datetime) -> int:
-    """Drop the expired partitions of recipients (each checked again as it goes: a batch
-    frozen meanwhile keeps its partition); return the recipients they held, from the
-    statistics."""
-    return sum(
-        rows
-        for partition, rows in sent.expired.items()
-        if recipient_partitions.drop(partition, finished_batches(cutoff))
-    )
-
-
 #: The counts of rows that go with whole partitions, or are moved: outside the breaker.
-NOT_ONE_BY_ONE = (PARTITIONED_JOBS, MOVED_JOBS, PARTITIONED_RECIPIENTS)
+NOT_ONE_BY_ONE = (PARTITIONED_JOBS, MOVED_JOBS, PARTITIONED_RECIPIENTS, PARTITIONED_OCCURRENCES)
 
 
 def rows_one_by_one(counts: dict[str, int]) -> int:

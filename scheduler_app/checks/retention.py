@@ -1,5 +1,6 @@
 """Retention: the RETENTION_*, PRUNE_* and *HISTORY* settings (E054-E057, W058), and relations
-to Job and Recipient that the PostgreSQL prune and partitions cannot honour (E059, E065)."""
+to Job, Recipient and ScheduleOccurrence that the PostgreSQL prune and partitions cannot
+honour (E059, E065, E066)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.db.models import DO_NOTHING
 
 from scheduler_app.conf import app_settings, is_number
 from scheduler_app.database import connection
-from scheduler_app.models import Job, Recipient
+from scheduler_app.models import Job, Recipient, ScheduleOccurrence
 from scheduler_app.schedules.recurrence import CronError, check_cron
 
 #: Retention settings: a number of days > 0, or None to keep forever (check E054).
@@ -59,6 +60,7 @@ def check_retention_settings(app_configs: Any = None, **kwargs: Any) -> list[Che
         "PRUNE_MAX_ROWS",
         "HISTORY_PARTITION_MINUTES",
         "HISTORY_PARTITIONS_AHEAD",
+        "OCCURRENCE_PARTITION_DAYS",
     ):
         value = getattr(app_settings, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -142,6 +144,32 @@ def check_recipient_relations(app_configs: Any = None, **kwargs: Any) -> list[Er
             id="scheduler_app.E065",
         )
         for field in _relations_to(Recipient, app_configs)
+    ]
+
+
+@register(Tags.models)
+def check_occurrence_relations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a project's foreign key to ScheduleOccurrence but a DO_NOTHING one without a
+    constraint (E066), with partitioned occurrences (PostgreSQL).
+
+    A partitioned occurrence table has no unique id alone for a constraint to point at,
+    and retention drops old occurrences a partition at a time, ignoring on_delete.
+    """
+    if not app_settings.PARTITIONED_HISTORY or connection.vendor != "postgresql":
+        return []
+    return [
+        Error(
+            "A relation to scheduler_app.ScheduleOccurrence that partitioned occurrences "
+            "cannot honour: on PostgreSQL the occurrence table is partitioned by time (no "
+            "constraint can point at its rows) and old occurrences are dropped a partition "
+            "at a time, which ignores on_delete.",
+            hint="Declare it with on_delete=models.DO_NOTHING and db_constraint=False (a "
+            "pruned occurrence leaves its id behind), or keep the occurrence's id in a "
+            "plain integer field.",
+            obj=field,
+            id="scheduler_app.E066",
+        )
+        for field in _relations_to(ScheduleOccurrence, app_configs)
     ]
 
 

@@ -39,6 +39,8 @@ def test_the_defaults_pass():
         ({"RETENTION_WORKERS_DAYS": True}, "scheduler_app.E054"),
         ({"PRUNE_BATCH_SIZE": 0}, "scheduler_app.E055"),
         ({"PRUNE_MAX_ROWS": 1.5}, "scheduler_app.E055"),
+        ({"OCCURRENCE_PARTITION_DAYS": 0}, "scheduler_app.E055"),
+        ({"OCCURRENCE_PARTITION_DAYS": 7.5}, "scheduler_app.E055"),
         ({"PRUNE_SCHEDULE": "every night"}, "scheduler_app.E056"),
         ({"PRUNE_SCHEDULE": "61 3 * * *"}, "scheduler_app.E056"),
         ({"PRUNE_SCHEDULE": 3}, "scheduler_app.E056"),
@@ -62,6 +64,7 @@ def test_each_bad_value_gets_its_id(changes, expected):
         {"PRUNE_SCHEDULE": None},
         {"PARTITIONED_HISTORY": False},
         {"RETENTION_BATCHES_DAYS": 30},
+        {"OCCURRENCE_PARTITION_DAYS": 1},
     ],
 )
 def test_good_values_pass(changes):

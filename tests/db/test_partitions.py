@@ -231,7 +231,7 @@ def test_the_planner_passes_over_history_partitions_for_pending_and_running_jobs
     """A history partition has the indexes of ended jobs and a CHECK that it holds only
     those: a query of pending or running jobs (without JobQuerySet.hot()) reads none of
     its rows nor indexes, one of ended jobs reads it by its indexes."""
-    start = partitions._start_of(NOW - 3 * DAY)
+    start = partitions.start_of(NOW - 3 * DAY)
     (partition,) = partitions._make_partitions([start])
     done = finished(start)
     assert where(done.pk) == partition.name
@@ -269,7 +269,7 @@ def test_jobs_loaded_from_a_fixture_are_followed_by_new_ids(partitioned, tmp_pat
     jobs = [finished(NOW), schedule("tests.noop", delay=3600)]
     assert {where(job.pk) for job in jobs} == {
         partitions.HOT,
-        partitions._partition(partitions._start_of(NOW)).name,
+        partitions._partition(partitions.start_of(NOW)).name,
     }
     data = json.loads(serializers.serialize("json", jobs))
     for shift, row in enumerate(data, start=1000):

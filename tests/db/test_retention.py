@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from scheduler_app import clock, partitions, schedule
+from scheduler_app import clock, occurrence_partitions, partitions, schedule
 from scheduler_app.alerts import evaluate
 from scheduler_app.clock import frozen_clock
 from scheduler_app.models import (
@@ -36,6 +36,7 @@ from scheduler_app.models import (
 from scheduler_app.retention import (
     MOVED_JOBS,
     PARTITIONED_JOBS,
+    PARTITIONED_OCCURRENCES,
     PRUNE_SCHEDULE_NAME,
     PRUNE_TASK,
     prune,
@@ -181,8 +182,12 @@ def test_only_terminal_rows_older_than_the_cutoff_go():
 
 def in_partitions(jobs: int, moved: int = 0) -> dict[str, int]:
     """Return the counts a run on a partitioned job table adds (none on one table): the
-    jobs that went with whole partitions, and those moved into history."""
-    return {PARTITIONED_JOBS: jobs, MOVED_JOBS: moved} if partitions.is_partitioned() else {}
+    jobs that went with whole partitions, and those moved into history; and, on a
+    partitioned occurrence table, no occurrence that went with a whole partition."""
+    counts = {PARTITIONED_JOBS: jobs, MOVED_JOBS: moved} if partitions.is_partitioned() else {}
+    if occurrence_partitions.is_partitioned():
+        counts[PARTITIONED_OCCURRENCES] = 0
+    return counts
 
 
 def test_the_postgresql_prune_statement_handles_every_relation_to_the_job_table():
@@ -355,11 +360,18 @@ def test_every_run_leaves_an_audit_row_and_a_log_line(caplog):
     assert (run.source, run.reference_time, run.outcome) == ("job:7", T0 - DAY, "pruned")
     assert run.started_at == run.finished_at == T0
     assert run.max_rows == 1_000_000
+    counts = {
+        "alerts": 0,
+        "control_events": 0,
+        "dry_run_reports": 0,
+        "jobs": 1,
+        "occurrences": 0,
+        "recipient_contexts": 0,
+        "workers": 0,
+    } | in_partitions(0)
     assert (
-        "prune run=%s outcome=pruned source=job:7 reference=%s total=1 "
-        "counts=alerts:0,control_events:0,dry_run_reports:0,jobs:1,%soccurrences:0,"
-        "recipient_contexts:0,workers:0"
-        % (run.pk, (T0 - DAY).isoformat(), "".join("%s:%s," % i for i in in_partitions(0).items()))
+        "prune run=%s outcome=pruned source=job:7 reference=%s total=1 counts=%s"
+        % (run.pk, (T0 - DAY).isoformat(), ",".join("%s:%s" % i for i in sorted(counts.items())))
     ) in caplog.text
 
 

@@ -1,6 +1,7 @@
 """The DDL that partitioned tables share (job history: scheduler_app.partitions; recipients:
-scheduler_app.recipient_partitions): maintenance statements that wait briefly for their
-locks, the ids' sequence, copied indexes, and row counts from the statistics."""
+scheduler_app.recipient_partitions; schedule occurrences: scheduler_app.occurrence_partitions):
+maintenance statements that wait briefly for their locks, a table partitioned in place and
+put back, the ids' sequence, copied indexes, and row counts from the statistics."""
 
 from __future__ import annotations
 
@@ -66,6 +67,44 @@ def locked_steps(steps: Callable[[Any], T]) -> T:
     raise AssertionError("unreachable")  # the last try returns or raises
 
 
+def in_place_of(parent: str, before: str, check: str, key: str, bound: str) -> list[str]:
+    """Return the statements, run in one transaction, that rename the table ``parent`` to
+    ``before``, make a table partitioned by range of ``key`` in its place with its columns,
+    defaults and CHECK constraints but ``check``, and attach ``before`` as the partition
+    of the keys below ``bound`` (an SQL literal), which ``check`` says of all its rows,
+    validated: no row is read."""
+    return [
+        "ALTER TABLE %s RENAME TO %s" % (parent, before),
+        "CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+        " PARTITION BY RANGE (%s)" % (parent, before, key),
+        "ALTER TABLE %s DROP CONSTRAINT %s" % (parent, check),
+        "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (MINVALUE) TO (%s)"
+        % (parent, before, bound),
+    ]
+
+
+def put_back(parent: str, before: str, check: str) -> None:
+    """Put the partitioned table ``parent`` back as one table, its rows kept: the table
+    in_place_of() made of it.
+
+    In one transaction: ``before`` is detached and freed of ``check``, every other
+    partition's rows are copied into it, ``parent`` is dropped with its partitions, and
+    ``before`` is renamed to ``parent`` (the ids' sequence goes on, owned by its id
+    column). It locks ``parent`` while the rows move: an operator's step, not a deploy's.
+    """
+    sequence = id_sequence(parent)[0]
+    locked(
+        "SET CONSTRAINTS ALL IMMEDIATE",
+        *(["ALTER SEQUENCE %s OWNED BY %s.id" % (sequence, before)] if sequence else []),
+        "ALTER TABLE %s DETACH PARTITION %s" % (parent, before),
+        "ALTER TABLE %s DROP CONSTRAINT %s" % (before, check),
+        "INSERT INTO %s SELECT * FROM %s" % (before, parent),
+        "DROP TABLE %s" % parent,
+        "ALTER TABLE %s RENAME TO %s" % (before, parent),
+    )
+    logger.info("partitioned table put back as one table=%s", parent)
+
+
 def make_and_attach(parent: str, table: str, make: list[str], attach: str) -> bool:
     """Make ``table`` with the statements ``make`` and attach it to ``parent`` with
     ``attach``, in one transaction (see locked_steps); return False, making nothing, if
@@ -92,6 +131,19 @@ def make_and_attach(parent: str, table: str, make: list[str], attach: str) -> bo
         return True
 
     return locked_steps(steps)
+
+
+def validated_check(table: str, name: str, condition: str) -> None:
+    """Give ``table`` a valid CHECK ``name`` of ``condition`` (in place of one so named):
+    added unvalidated in a short locked transaction, then validated, which reads the table
+    without blocking its writes. A partition that a CHECK keeps out of a range is attached
+    to it without a read of its rows under the lock (PostgreSQL proves it from the CHECK)."""
+    locked(
+        "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (table, name),
+        "ALTER TABLE %s ADD CONSTRAINT %s CHECK (%s) NOT VALID" % (table, name, condition),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (table, name))
 
 
 def id_sequence(table: str) -> tuple[str | None, bool]:

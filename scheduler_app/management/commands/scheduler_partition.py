@@ -1,5 +1,5 @@
-"""manage.py scheduler_partition: put finished jobs in time partitions, and recipients in
-partitions of ranges of batches (PostgreSQL)."""
+"""manage.py scheduler_partition: put finished jobs and schedule occurrences in time
+partitions, and recipients in partitions of ranges of batches (PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler_app import clock, partitions, recipient_partitions
+from scheduler_app import clock, occurrence_partitions, partitions, recipient_partitions
 from scheduler_app.bounds import positive_int
 from scheduler_app.conf import app_settings
 from scheduler_app.management.database import database_ready
@@ -20,8 +20,9 @@ from scheduler_app.retention import cutoffs_for
 class Command(BaseCommand):
     help = (
         "Partition the job table so that retention drops finished jobs a partition at a "
-        "time, and the recipient table so that it drops finished batches' recipients a "
-        "partition at a time (PostgreSQL; workers may run meanwhile), and make the "
+        "time, the recipient table so that it drops finished batches' recipients a "
+        "partition at a time, and the schedule occurrence table so that it drops old "
+        "occurrences a partition at a time (PostgreSQL; workers may run meanwhile), and make the "
         "partitions ahead (HISTORY_PARTITIONS_AHEAD). Run again, it makes only missing "
         "partitions. "
         "--move-history then moves the jobs that finished before into partitions too."
@@ -56,14 +57,21 @@ class Command(BaseCommand):
         try:
             converted = partitions.is_partitioned()
             recipients_converted = recipient_partitions.is_partitioned()
+            occurrences_converted = occurrence_partitions.is_partitioned()
             if options["dry_run"]:
                 self._describe(converted, options)
                 self._describe_recipients(recipients_converted)
+                self._describe_occurrences(occurrences_converted)
                 return
             started = time.monotonic()
             made = partitions.convert()
             recipients_made = recipient_partitions.convert()
-        except (partitions.NotSupported, recipient_partitions.NotSupported) as exc:
+            occurrences_made = occurrence_partitions.convert()
+        except (
+            partitions.NotSupported,
+            recipient_partitions.NotSupported,
+            occurrence_partitions.NotSupported,
+        ) as exc:
             raise CommandError(str(exc)) from exc
         if not converted:
             self.stdout.write("The job table is partitioned; its rows are in %s." % partitions.HOT)
@@ -72,8 +80,15 @@ class Command(BaseCommand):
                 "The recipient table is partitioned; its rows are in %s."
                 % recipient_partitions.BEFORE
             )
+        if not occurrences_converted:
+            self.stdout.write(
+                "The schedule occurrence table is partitioned; its rows are in %s."
+                % occurrence_partitions.BEFORE
+            )
         for partition in recipients_made:
             self.stdout.write("made %s" % self._batches_shown(partition))
+        for partition in occurrences_made:
+            self.stdout.write("made %s (%s to %s)" % self._shown(partition))
         for partition in made:
             self.stdout.write("made %s (%s to %s)" % self._shown(partition))
         self.stdout.write(
@@ -138,6 +153,29 @@ class Command(BaseCommand):
         )
         for partition in existing:
             self.stdout.write("  %s" % self._batches_shown(partition))
+
+    def _describe_occurrences(self, converted: bool) -> None:
+        if not converted:
+            ahead = (
+                "make %s partitions of %s minutes"
+                % (
+                    app_settings.HISTORY_PARTITIONS_AHEAD + 1,
+                    app_settings.HISTORY_PARTITION_MINUTES,
+                )
+                if app_settings.RETENTION_OCCURRENCES_DAYS is not None
+                else "make none ahead (RETENTION_OCCURRENCES_DAYS is None: occurrences are kept)"
+            )
+            self.stdout.write(
+                "Would partition the schedule occurrence table (its rows stay, in %s) and %s."
+                % (occurrence_partitions.BEFORE, ahead)
+            )
+            return
+        existing = occurrence_partitions.range_partitions()
+        self.stdout.write(
+            "The schedule occurrence table is partitioned: %s partitions." % len(existing)
+        )
+        for partition in existing:
+            self.stdout.write("  %s (%s to %s)" % self._shown(partition))
 
     def _describe(self, converted: bool, options: dict[str, Any]) -> None:
         if not converted:

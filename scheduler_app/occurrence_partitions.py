@@ -1,0 +1,299 @@
+"""Schedule occurrences partitioned by time on PostgreSQL: old occurrences dropped whole.
+
+After ``convert()`` (migration 0036 on a new install, ``manage.py scheduler_partition``
+on one whose occurrence table holds rows) the occurrence table is partitioned by range
+over ``occurrence_at``:
+
+- ``scheduler_app_scheduleoccurrence_before``: the table as it was, renamed, with its
+  indexes and constraints: the occurrences before a bound past the conversion (the
+  interval after CONVERSION_MARGIN).
+- ``scheduler_app_scheduleoccurrence_pYYYYMMDDtHHMM``: the occurrences of one interval of
+  OCCURRENCE_PARTITION_DAYS (wider than the job table's: occurrences are few, and a
+  look-up of a schedule's latest occurrences reads every partition), the current one
+  and HISTORY_PARTITIONS_AHEAD ahead, made by each prune run (and the command) while
+  RETENTION_OCCURRENCES_DAYS is set: kept for ever, they would only add up.
+- ``scheduler_app_scheduleoccurrence_overflow``, the DEFAULT partition: occurrences of an
+  interval that has no partition (recorded late, by a catch-up of missed occurrences, or
+  while occurrences are kept for ever).
+
+An occurrence's unique key (schedule, time) holds within its partition, so across the
+table. Retention drops a partition whole once its interval ended before the cutoff and
+none of its occurrences has a job that is still pending or running (the overlap policy
+looks for those: ``expired()``); the old occurrences of the before and overflow
+partitions go row by row. SQLite, and PostgreSQL until converted, keep one table; the
+ORM sees the same rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.db.models import Exists, OuterRef
+
+from scheduler_app import clock
+from scheduler_app.conf import app_settings
+from scheduler_app.database import connection
+from scheduler_app.db.postgresql import partitioning
+from scheduler_app.db.postgresql.partitioning import locked, locked_steps, on_table
+from scheduler_app.models import Job, ScheduleOccurrence
+from scheduler_app.models.jobs import OCCURRENCE_KEY_PREFIX
+from scheduler_app.partitions import (
+    Partition,
+    attach_interval,
+    start_of,
+    time_partition,
+    time_partitions,
+)
+
+logger = logging.getLogger("scheduler_app.partitions")
+
+OCCURRENCE = ScheduleOccurrence._meta.db_table
+BEFORE = OCCURRENCE + "_before"
+OVERFLOW = OCCURRENCE + "_overflow"
+PARTITION_PREFIX = OCCURRENCE + "_p"
+#: The before partition's bound as a CHECK, validated before the conversion attaches the
+#: table, so that attaching it reads no row (PostgreSQL proves it from the CHECK).
+BEFORE_CHECK = "scheduler_occurrence_before"
+#: The overflow partition's CHECK while partitions are attached (see ensure_partitions).
+OVERFLOW_CHECK = "scheduler_occurrence_overflow_out"
+#: How far past the conversion the before partition's bound is, at least: a scheduler
+#: whose clock runs ahead records an occurrence there while the CHECK is validated.
+CONVERSION_MARGIN = dt.timedelta(hours=1)
+
+
+class NotSupported(Exception):
+    """Partitioned occurrences need PostgreSQL."""
+
+
+def is_partitioned() -> bool:
+    """Return whether the occurrence table is partitioned (always False on SQLite)."""
+    return partitioning.is_partitioned(OCCURRENCE)
+
+
+def convert() -> list[Partition]:
+    """Partition the occurrence table, on PostgreSQL, while schedulers run; return the
+    partitions made.
+
+    Validates the before partition's CHECK on the table as it is (it reads the table,
+    without blocking writes), then, in one short transaction that waits at most
+    LOCK_TIMEOUT for its lock (retried): renames the table to the before partition, makes
+    the partitioned table in its place, attaches it (no row read) and adds the overflow
+    partition. Then makes the partitions ahead. Does nothing but the last step if the
+    table is partitioned already.
+    """
+    if connection.vendor != "postgresql":
+        raise NotSupported("Partitioned occurrences need PostgreSQL; SQLite keeps one table.")
+    if is_partitioned():
+        return ensure_partitions()
+    bound = start_of(clock.now() + CONVERSION_MARGIN, width()) + width()
+    partitioning.validated_check(
+        OCCURRENCE, BEFORE_CHECK, "occurrence_at < '%s'" % bound.isoformat()
+    )
+    sequence, identity = partitioning.id_sequence(OCCURRENCE)
+    indexes = _indexes(OCCURRENCE)
+    locked(
+        *partitioning.in_place_of(
+            OCCURRENCE, BEFORE, BEFORE_CHECK, "occurrence_at", "'%s'" % bound.isoformat()
+        ),
+        *_table(OVERFLOW, indexes),
+        "ALTER TABLE %s ATTACH PARTITION %s DEFAULT" % (OCCURRENCE, OVERFLOW),
+        *partitioning.ids_owned_by(OCCURRENCE, BEFORE, sequence, identity=identity),
+    )
+    logger.info("partitioned table=%s before=%s", OCCURRENCE, BEFORE)
+    return ensure_partitions()
+
+
+def revert() -> None:
+    """Put a partitioned occurrence table back as one table, its rows kept (migration
+    0036's reverse: see partitioning.put_back). Does nothing if the table is not
+    partitioned."""
+    if is_partitioned():
+        partitioning.put_back(OCCURRENCE, BEFORE, BEFORE_CHECK)
+
+
+def _indexes(source: str) -> list[str]:
+    """Return the statements that make the indexes of ``source`` (the before partition, or
+    the table before the conversion) that a new partition copies (see
+    partitioning.copied_indexes): all but the index of schedule_id alone, which the
+    unique key of (schedule, time) serves. Not its foreign key to the schedule table: each
+    partition's would lock that table to be made and dropped."""
+    prefixes = ("scheduler_occurrence_", OCCURRENCE + "_")
+    return [
+        statement
+        for statement in partitioning.copied_indexes(source, prefixes=prefixes)
+        if not statement.endswith(" (schedule_id)")
+    ]
+
+
+def _table(table: str, indexes: list[str]) -> list[str]:
+    """Return the statements that make ``table``, an empty partition: the before
+    partition's columns and CHECK constraints but its bound, and ``indexes``."""
+    return [
+        "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS)" % (table, BEFORE),
+        "ALTER TABLE %s DROP CONSTRAINT %s" % (table, BEFORE_CHECK),
+        *on_table(indexes, table),
+    ]
+
+
+def width() -> dt.timedelta:
+    """Return the time one partition covers (OCCURRENCE_PARTITION_DAYS)."""
+    return dt.timedelta(days=app_settings.OCCURRENCE_PARTITION_DAYS)
+
+
+def _kept_for_a_time() -> bool:
+    """Return whether old occurrences are deleted some day: partitions are made only then
+    (RETENTION_OCCURRENCES_DAYS)."""
+    return app_settings.RETENTION_OCCURRENCES_DAYS is not None
+
+
+def range_partitions() -> list[Partition]:
+    """Return the partitions of intervals, oldest first (not the before nor the overflow
+    one)."""
+    return time_partitions(OCCURRENCE, PARTITION_PREFIX)
+
+
+def range_partitions_before(cutoff: dt.datetime) -> list[Partition]:
+    """Return the partitions of intervals that begin before ``cutoff`` (none if the table
+    is not partitioned): their occurrences go with them, not row by row."""
+    if not is_partitioned():
+        return []
+    return [partition for partition in range_partitions() if partition.start < cutoff]
+
+
+def ensure_partitions(now: dt.datetime | None = None) -> list[Partition]:
+    """Make the partitions of the current interval and the next HISTORY_PARTITIONS_AHEAD
+    ones that are missing, past the before partition's bound and the last partition made,
+    while RETENTION_OCCURRENCES_DAYS is set (else none: new occurrences go to the overflow
+    partition, as to one table); return those made.
+
+    An interval some of whose occurrences are in the overflow partition already gets
+    none (retention deletes those row by row). Each is made as a table of its own,
+    indexed while empty, then attached, which takes a lock that lets schedulers go on
+    (SHARE UPDATE EXCLUSIVE on the occurrence table); a CHECK that keeps the new
+    intervals out of the overflow partition, validated first without blocking its
+    writes, spares attaching a read of the overflow with its lock held.
+    """
+    if not _kept_for_a_time():
+        return []
+    current = start_of(now or clock.now(), width())
+    made = range_partitions()
+    # Contiguous with the last one made (OCCURRENCE_PARTITION_DAYS may have changed since).
+    begin = max(current, _bound(), made[-1].end if made else current)
+    wanted = []
+    while begin <= current + app_settings.HISTORY_PARTITIONS_AHEAD * width():
+        partition = time_partition(PARTITION_PREFIX, begin, width())
+        if not _in_overflow(partition):
+            wanted.append(partition)
+        begin = partition.end
+    if not wanted:
+        return []
+    new: list[Partition] = []
+    try:
+        partitioning.validated_check(
+            OVERFLOW,
+            OVERFLOW_CHECK,
+            " AND ".join(
+                "NOT (occurrence_at >= '%s' AND occurrence_at < '%s')"
+                % (p.start.isoformat(), p.end.isoformat())
+                for p in wanted
+            ),
+        )
+        indexes = _indexes(BEFORE)
+        for partition in wanted:
+            if partitioning.make_and_attach(
+                OCCURRENCE,
+                partition.name,
+                _table(partition.name, indexes),
+                attach_interval(OCCURRENCE, partition),
+            ):
+                logger.info("occurrence partition made name=%s", partition.name)
+                new.append(partition)
+    finally:
+        # Afterwards, or cut short: the overflow takes any occurrence again.
+        locked("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (OVERFLOW, OVERFLOW_CHECK))
+    return new
+
+
+def _bound() -> dt.datetime:
+    """Return where the before partition's interval ends."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c WHERE c.oid = %s::regclass",
+            [BEFORE],
+        )
+        # FOR VALUES FROM (MINVALUE) TO ('2026-12-08 00:00:00+00')
+        return dt.datetime.fromisoformat(cursor.fetchone()[0].split("'")[1]).astimezone(dt.UTC)
+
+
+def _in_overflow(partition: Partition) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM %s WHERE occurrence_at >= %%s AND occurrence_at < %%s)"
+            % OVERFLOW,
+            [partition.start, partition.end],
+        )
+        return cursor.fetchone()[0]
+
+
+def _holds_unfinished_jobs(partition: Partition) -> bool:
+    """Return whether an occurrence of ``partition``'s interval has a job that is still
+    pending or running: looked up from those jobs (the schedules' runs, as the overlap
+    policy finds them: few), each in the partition's index of job ids."""
+    return (
+        Job.objects.hot()
+        .unfinished()
+        .filter(unique_key__startswith=OCCURRENCE_KEY_PREFIX)
+        .filter(
+            Exists(
+                ScheduleOccurrence.objects.filter(
+                    job=OuterRef("pk"),
+                    occurrence_at__gte=partition.start,
+                    occurrence_at__lt=partition.end,
+                )
+            )
+        )
+        .exists()
+    )
+
+
+def expired(cutoff: dt.datetime) -> list[Partition]:
+    """Return the partitions retention may drop: their interval ended before ``cutoff``
+    and no job of their occurrences is pending or running."""
+    return [
+        partition
+        for partition in range_partitions()
+        if partition.end <= cutoff and not _holds_unfinished_jobs(partition)
+    ]
+
+
+def drop(partition: Partition) -> bool:
+    """Drop a partition with its occurrences; return False if it was gone already or one
+    of its occurrences' jobs is pending or running now (re-run meanwhile).
+
+    One transaction takes the occurrence table's lock (at most LOCK_TIMEOUT of waiting,
+    tried again from the start), checks the jobs again and drops the table. Nothing
+    refers to an occurrence; no statement reads the partition's rows.
+    """
+
+    def steps(cursor) -> bool:
+        cursor.execute("SELECT to_regclass(%s)", [partition.name])
+        if cursor.fetchone()[0] is None:
+            return False
+        # The partitioned table first, as every statement on it locks it before a partition.
+        cursor.execute("LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE" % OCCURRENCE)
+        if _holds_unfinished_jobs(partition):
+            return False
+        cursor.execute("DROP TABLE %s" % partition.name)
+        return True
+
+    dropped = locked_steps(steps)
+    if dropped:
+        logger.info("occurrence partition dropped name=%s", partition.name)
+    return dropped
+
+
+def row_by_row_tables() -> tuple[str, ...]:
+    """Return the tables whose old occurrences retention deletes row by row: the
+    occurrence table, or, partitioned, its before and overflow partitions."""
+    return (BEFORE, OVERFLOW) if is_partitioned() else (OCCURRENCE,)
