@@ -416,7 +416,9 @@ DESCRIPTIONS: dict[str, str] = {
     ),
     "RETENTION_JOBS_DAYS": (
         "Days to keep finished jobs (succeeded, failed, cancelled) and their attempt "
-        "history, counted from `finished_at`. `None` keeps them."
+        "history, counted from `finished_at`. With partitioned attempts (PostgreSQL), a "
+        "partition of them goes whole once every job with attempts in it is gone or "
+        "qualifies. `None` keeps them."
     ),
     "RETENTION_OCCURRENCES_DAYS": (
         "Days to keep the record of schedule occurrences (enqueued, skipped, error). With "
@@ -459,10 +461,11 @@ DESCRIPTIONS: dict[str, str] = {
         "`None` switches it off."
     ),
     "PARTITIONED_HISTORY": (
-        "On PostgreSQL, whether `migrate` partitions the job, recipient and schedule "
-        "occurrence tables while they are empty (a new install; migrations 0033, 0035 and "
-        "0036), so that retention drops finished jobs, finished batches' recipients and "
-        "old occurrences by whole partitions. An install "
+        "On PostgreSQL, whether `migrate` partitions the job, recipient, schedule "
+        "occurrence and job attempt tables while they are empty (a new install; migrations "
+        "0033, 0035, 0036 and 0037), so that retention drops finished jobs with their "
+        "attempts, finished batches' recipients and old occurrences by whole partitions. "
+        "An install "
         "whose tables hold rows keeps one table each until `scheduler_partition` converts "
         "them online. `False` keeps one table each; SQLite always does."
     ),
@@ -471,16 +474,16 @@ DESCRIPTIONS: dict[str, str] = {
         "`scheduler_partition`): the minutes of finish times one history partition holds, "
         "aligned to UTC (1440: a day). Retention drops a partition once all of it is past "
         "the cutoff, so finished jobs are kept up to this much longer than "
-        "`RETENTION_JOBS_DAYS`. A partition of schedule occurrences holds this long of "
-        "occurrence times; a partition of recipients is made as wide as the batches "
-        "created in this long."
+        "`RETENTION_JOBS_DAYS`. A partition of recipients (of job attempts) is made as "
+        "wide as the batches (the jobs) created in this long."
     ),
     "HISTORY_PARTITIONS_AHEAD": (
         "With partitioned history: how many partitions after the current one "
-        "`scheduler_partition` and each prune make ahead, of jobs, of schedule occurrences "
-        "and of recipients. Jobs that finish in an interval without its partition, "
-        "occurrences of such an interval, and recipients of batches past the partitions "
-        "made, go to an overflow partition, whose rows retention deletes one by one."
+        "`scheduler_partition` and each prune make ahead, of jobs, of schedule occurrences, "
+        "of job attempts and of recipients. Jobs that finish in an interval without its "
+        "partition, occurrences of such an interval, and attempts and recipients of jobs "
+        "and batches past the partitions made, go to an overflow partition, whose rows "
+        "retention deletes one by one."
     ),
     "OCCURRENCE_PARTITION_DAYS": (
         "With partitioned schedule occurrences (PostgreSQL): the days of occurrence times "

@@ -5,13 +5,14 @@ on one whose occurrence table holds rows) the occurrence table is partitioned by
 over ``occurrence_at``:
 
 - ``scheduler_app_scheduleoccurrence_before``: the table as it was, renamed, with its
-  indexes and constraints: the occurrences before a bound past the conversion (the
-  interval after CONVERSION_MARGIN).
+  indexes and constraints: the occurrences before the end of the interval being written
+  when it was converted (or of the next one, within CONVERSION_MARGIN of it).
 - ``scheduler_app_scheduleoccurrence_pYYYYMMDDtHHMM``: the occurrences of one interval of
   OCCURRENCE_PARTITION_DAYS (wider than the job table's: occurrences are few, and a
-  look-up of a schedule's latest occurrences reads every partition), the current one
-  and HISTORY_PARTITIONS_AHEAD ahead, made by each prune run (and the command) while
-  RETENTION_OCCURRENCES_DAYS is set: kept for ever, they would only add up.
+  look-up of a schedule's latest occurrences reads every partition), up to
+  HISTORY_PARTITIONS_AHEAD ahead of the current one, made by each prune run (and the
+  command) while RETENTION_OCCURRENCES_DAYS is set: kept for ever, they would only add up.
+  Each has the table's foreign key to the schedule table.
 - ``scheduler_app_scheduleoccurrence_overflow``, the DEFAULT partition: occurrences of an
   interval that has no partition (recorded late, by a catch-up of missed occurrences, or
   while occurrences are kept for ever).
@@ -31,9 +32,9 @@ import logging
 
 from django.db.models import Exists, OuterRef
 
-from scheduler_app import clock
 from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
+from scheduler_app.db import database_now
 from scheduler_app.db.postgresql import partitioning
 from scheduler_app.db.postgresql.partitioning import locked, locked_steps, on_table
 from scheduler_app.models import Job, ScheduleOccurrence
@@ -57,8 +58,9 @@ PARTITION_PREFIX = OCCURRENCE + "_p"
 BEFORE_CHECK = "scheduler_occurrence_before"
 #: The overflow partition's CHECK while partitions are attached (see ensure_partitions).
 OVERFLOW_CHECK = "scheduler_occurrence_overflow_out"
-#: How far past the conversion the before partition's bound is, at least: a scheduler
-#: whose clock runs ahead records an occurrence there while the CHECK is validated.
+#: How far past the database's clock a partition (and the before partition's bound) may
+#: begin, at least: the interval being written, and one an occurrence due within the
+#: margin falls in, stay where they are (see _first_to_make).
 CONVERSION_MARGIN = dt.timedelta(hours=1)
 
 
@@ -86,20 +88,25 @@ def convert() -> list[Partition]:
         raise NotSupported("Partitioned occurrences need PostgreSQL; SQLite keeps one table.")
     if is_partitioned():
         return ensure_partitions()
-    bound = start_of(clock.now() + CONVERSION_MARGIN, width()) + width()
-    partitioning.validated_check(
+    with connection.cursor() as cursor:  # none is recorded ahead; an import might be
+        cursor.execute("SELECT max(occurrence_at) FROM %s" % OCCURRENCE)
+        latest = cursor.fetchone()[0]
+    bound = _first_to_make()
+    if latest is not None:
+        bound = max(bound, start_of(latest, width()) + width())
+    with partitioning.converting(
         OCCURRENCE, BEFORE_CHECK, "occurrence_at < '%s'" % bound.isoformat()
-    )
-    sequence, identity = partitioning.id_sequence(OCCURRENCE)
-    indexes = _indexes(OCCURRENCE)
-    locked(
-        *partitioning.in_place_of(
-            OCCURRENCE, BEFORE, BEFORE_CHECK, "occurrence_at", "'%s'" % bound.isoformat()
-        ),
-        *_table(OVERFLOW, indexes),
-        "ALTER TABLE %s ATTACH PARTITION %s DEFAULT" % (OCCURRENCE, OVERFLOW),
-        *partitioning.ids_owned_by(OCCURRENCE, BEFORE, sequence, identity=identity),
-    )
+    ):
+        sequence, identity = partitioning.id_sequence(OCCURRENCE)
+        copied = _copied(OCCURRENCE)
+        locked(
+            *partitioning.in_place_of(
+                OCCURRENCE, BEFORE, BEFORE_CHECK, "occurrence_at", "'%s'" % bound.isoformat()
+            ),
+            *_table(OVERFLOW, copied),
+            "ALTER TABLE %s ATTACH PARTITION %s DEFAULT" % (OCCURRENCE, OVERFLOW),
+            *partitioning.ids_owned_by(OCCURRENCE, BEFORE, sequence, identity=identity),
+        )
     logger.info("partitioned table=%s before=%s", OCCURRENCE, BEFORE)
     return ensure_partitions()
 
@@ -112,27 +119,29 @@ def revert() -> None:
         partitioning.put_back(OCCURRENCE, BEFORE, BEFORE_CHECK)
 
 
-def _indexes(source: str) -> list[str]:
-    """Return the statements that make the indexes of ``source`` (the before partition, or
-    the table before the conversion) that a new partition copies (see
-    partitioning.copied_indexes): all but the index of schedule_id alone, which the
-    unique key of (schedule, time) serves. Not its foreign key to the schedule table: each
-    partition's would lock that table to be made and dropped."""
+def _copied(source: str) -> list[str]:
+    """Return the statements that give a new partition what it copies of ``source`` (the
+    before partition, or the table before the conversion; see partitioning.copied_indexes):
+    its foreign key to the schedule table (a deleted schedule's occurrence cannot be
+    recorded meanwhile: making or dropping a partition waits briefly for that table), and
+    its indexes but that of schedule_id alone, which the unique key of (schedule, time)
+    serves."""
     prefixes = ("scheduler_occurrence_", OCCURRENCE + "_")
-    return [
+    indexes = [
         statement
         for statement in partitioning.copied_indexes(source, prefixes=prefixes)
         if not statement.endswith(" (schedule_id)")
     ]
+    return [*indexes, *partitioning.foreign_keys(source)]
 
 
-def _table(table: str, indexes: list[str]) -> list[str]:
+def _table(table: str, copied: list[str]) -> list[str]:
     """Return the statements that make ``table``, an empty partition: the before
-    partition's columns and CHECK constraints but its bound, and ``indexes``."""
+    partition's columns and CHECK constraints but its bound, and ``copied``."""
     return [
         "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS)" % (table, BEFORE),
         "ALTER TABLE %s DROP CONSTRAINT %s" % (table, BEFORE_CHECK),
-        *on_table(indexes, table),
+        *on_table(copied, table),
     ]
 
 
@@ -162,13 +171,14 @@ def range_partitions_before(cutoff: dt.datetime) -> list[Partition]:
 
 
 def ensure_partitions(now: dt.datetime | None = None) -> list[Partition]:
-    """Make the partitions of the current interval and the next HISTORY_PARTITIONS_AHEAD
-    ones that are missing, past the before partition's bound and the last partition made,
-    while RETENTION_OCCURRENCES_DAYS is set (else none: new occurrences go to the overflow
-    partition, as to one table); return those made.
+    """Make the missing partitions of the intervals up to HISTORY_PARTITIONS_AHEAD after
+    the current one (by the database's clock, or ``now``), from the first after the one
+    being written (_first_to_make), while RETENTION_OCCURRENCES_DAYS is set (else none:
+    new occurrences go to the overflow partition, as to one table); return those made.
 
-    An interval some of whose occurrences are in the overflow partition already gets
-    none (retention deletes those row by row). Each is made as a table of its own,
+    An interval that overlaps a partition (of another OCCURRENCE_PARTITION_DAYS) or some
+    of whose occurrences are in the overflow partition already gets none (retention
+    deletes those row by row). Each is made as a table of its own,
     indexed while empty, then attached, which takes a lock that lets schedulers go on
     (SHARE UPDATE EXCLUSIVE on the occurrence table); a CHECK that keeps the new
     intervals out of the overflow partition, validated first without blocking its
@@ -176,14 +186,15 @@ def ensure_partitions(now: dt.datetime | None = None) -> list[Partition]:
     """
     if not _kept_for_a_time():
         return []
-    current = start_of(now or clock.now(), width())
+    now = now or database_now()
     made = range_partitions()
-    # Contiguous with the last one made (OCCURRENCE_PARTITION_DAYS may have changed since).
-    begin = max(current, _bound(), made[-1].end if made else current)
+    begin = max(_first_to_make(now), _bound())
+    begin = start_of(begin - dt.timedelta(microseconds=1), width()) + width()  # aligned
     wanted = []
-    while begin <= current + app_settings.HISTORY_PARTITIONS_AHEAD * width():
+    while begin <= start_of(now, width()) + app_settings.HISTORY_PARTITIONS_AHEAD * width():
         partition = time_partition(PARTITION_PREFIX, begin, width())
-        if not _in_overflow(partition):
+        overlaps = any(p.start < partition.end and partition.start < p.end for p in made)
+        if not overlaps and not _in_overflow(partition):
             wanted.append(partition)
         begin = partition.end
     if not wanted:
@@ -199,12 +210,12 @@ def ensure_partitions(now: dt.datetime | None = None) -> list[Partition]:
                 for p in wanted
             ),
         )
-        indexes = _indexes(BEFORE)
+        copied = _copied(BEFORE)
         for partition in wanted:
             if partitioning.make_and_attach(
                 OCCURRENCE,
                 partition.name,
-                _table(partition.name, indexes),
+                _table(partition.name, copied),
                 attach_interval(OCCURRENCE, partition),
             ):
                 logger.info("occurrence partition made name=%s", partition.name)
@@ -215,15 +226,17 @@ def ensure_partitions(now: dt.datetime | None = None) -> list[Partition]:
     return new
 
 
+def _first_to_make(now: dt.datetime | None = None) -> dt.datetime:
+    """Return the start of the first interval a partition may be made for: the one after
+    the interval CONVERSION_MARGIN past the database's clock (or ``now``) falls in. The
+    CHECK that keeps a new partition's interval out of the overflow (or out of the table
+    being converted) never fences off an occurrence being recorded."""
+    return start_of((now or database_now()) + CONVERSION_MARGIN, width()) + width()
+
+
 def _bound() -> dt.datetime:
     """Return where the before partition's interval ends."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c WHERE c.oid = %s::regclass",
-            [BEFORE],
-        )
-        # FOR VALUES FROM (MINVALUE) TO ('2026-12-08 00:00:00+00')
-        return dt.datetime.fromisoformat(cursor.fetchone()[0].split("'")[1]).astimezone(dt.UTC)
+    return dt.datetime.fromisoformat(partitioning.upper_bound(BEFORE)).astimezone(dt.UTC)
 
 
 def _in_overflow(partition: Partition) -> bool:

@@ -38,12 +38,12 @@ from collections.abc import Iterable, Iterator
 
 from django.db import OperationalError
 
-from scheduler_app import clock, database
+from scheduler_app import attempt_partitions, clock, database
 from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
 from scheduler_app.db.postgresql import partitioning
 from scheduler_app.db.postgresql.partitioning import locked, on_table
-from scheduler_app.models import Job, JobAttempt, ScheduleOccurrence, SyncCursor
+from scheduler_app.models import Job, ScheduleOccurrence, SyncCursor
 from scheduler_app.models.jobs import HISTORY_KEY
 
 logger = logging.getLogger("scheduler_app.partitions")
@@ -407,9 +407,11 @@ def move_history(
 
 
 def drop(partition: Partition) -> bool:
-    """Drop a history partition with its jobs' attempts, unlinking the occurrences and sync
-    cursors that name its jobs (what the ORM's on_delete would do); return False if it
-    was gone already (another prune run dropped it).
+    """Drop a history partition with its jobs' attempts (those of the attempt table, or,
+    partitioned, of its before and overflow partitions: the others go with their own
+    partitions), unlinking the occurrences and sync cursors that name its jobs (what the
+    ORM's on_delete would do); return False if it was gone already (another prune run
+    dropped it).
 
     One transaction deletes the attempts, cuts the links (looking up only rows whose job
     id is in the partition's range, read from the ends of its id index) and drops the
@@ -429,7 +431,10 @@ def drop(partition: Partition) -> bool:
             highest,
             partition.name,
         )
-        statements.append("DELETE FROM %s WHERE %s" % (JobAttempt._meta.db_table, within))
+        statements.extend(
+            "DELETE FROM %s WHERE %s" % (table, within)
+            for table in attempt_partitions.row_by_row_tables()
+        )
         statements.extend(
             "UPDATE %s SET job_id = NULL WHERE %s" % (model._meta.db_table, within)
             for model in (ScheduleOccurrence, SyncCursor)

@@ -28,9 +28,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import re
 
-from django.db import IntegrityError
 from django.db.models import Exists, OuterRef, QuerySet
 
 from scheduler_app import clock, database
@@ -62,13 +60,8 @@ class NotSupported(Exception):
     """Partitioned recipients need PostgreSQL."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Partition:
-    """One partition of recipients: its table and the batch ids it holds, [first, end)."""
-
-    name: str
-    first: int
-    end: int
+#: One partition of recipients: its table and the batch ids it holds, [first, end).
+Partition = partitioning.IdRange
 
 
 def is_partitioned() -> bool:
@@ -95,30 +88,30 @@ def convert() -> list[Partition]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT EXISTS (SELECT 1 FROM %s)" % RECIPIENT)
         margin = CONVERSION_MARGIN if cursor.fetchone()[0] else 0
-        bound = _next_batch_id() + margin
+    bound = _next_batch_id() + margin
+    with partitioning.converting(
+        RECIPIENT, BEFORE_CHECK, "batch_id IS NOT NULL AND batch_id < %d" % bound
+    ):
+        sequence, identity = partitioning.id_sequence(RECIPIENT)
+        shape = _shape(RECIPIENT)
+        first = [_partition(bound, _width())] if _kept_for_a_time() else []
+        batch_ids = partitioning.id_sequence(BATCH)[0]
         locked(
-            "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (RECIPIENT, BEFORE_CHECK),
-            "ALTER TABLE %s ADD CONSTRAINT %s CHECK (batch_id IS NOT NULL AND batch_id < %d)"
-            " NOT VALID" % (RECIPIENT, BEFORE_CHECK, bound),
+            *partitioning.in_place_of(RECIPIENT, BEFORE, BEFORE_CHECK, "batch_id", str(bound)),
+            *_table(OVERFLOW, shape),
+            "ALTER TABLE %s ATTACH PARTITION %s DEFAULT" % (RECIPIENT, OVERFLOW),
+            *(statement for p in first for statement in (*_table(p.name, shape), _attach(p))),
+            *partitioning.ids_owned_by(RECIPIENT, BEFORE, sequence, identity=identity),
+            # New batches' recipients go to the partitions, past the before partition's ids.
+            *(
+                [
+                    "SELECT setval('%s', %d) FROM %s WHERE last_value < %d"
+                    % ((batch_ids, bound - 1) * 2)
+                ]
+                if margin
+                else []
+            ),
         )
-        cursor.execute("ALTER TABLE %s VALIDATE CONSTRAINT %s" % (RECIPIENT, BEFORE_CHECK))
-    sequence, identity = partitioning.id_sequence(RECIPIENT)
-    shape = _shape(RECIPIENT)
-    first = [_partition(bound, _width())] if _kept_for_a_time() else []
-    batch_ids = partitioning.id_sequence(BATCH)[0]
-    locked(
-        *partitioning.in_place_of(RECIPIENT, BEFORE, BEFORE_CHECK, "batch_id", str(bound)),
-        *_table(OVERFLOW, shape),
-        "ALTER TABLE %s ATTACH PARTITION %s DEFAULT" % (RECIPIENT, OVERFLOW),
-        *(statement for p in first for statement in (*_table(p.name, shape), _attach(p))),
-        *partitioning.ids_owned_by(RECIPIENT, BEFORE, sequence, identity=identity),
-        # New batches' recipients go to the partitions, past the before partition's ids.
-        *(
-            ["SELECT setval('%s', %d) FROM %s WHERE last_value < %d" % ((batch_ids, bound - 1) * 2)]
-            if margin
-            else []
-        ),
-    )
     logger.info("partitioned table=%s before=%s", RECIPIENT, BEFORE)
     return [*first, *ensure_partitions()]
 
@@ -162,12 +155,7 @@ def _table(table: str, shape: _Shape) -> list[str]:
 
 
 def _attach(partition: Partition) -> str:
-    return "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)" % (
-        RECIPIENT,
-        partition.name,
-        partition.first,
-        partition.end,
-    )
+    return partitioning.attach_id_range(RECIPIENT, partition)
 
 
 def _partition(first: int, width: int) -> Partition:
@@ -196,26 +184,10 @@ def _width() -> int:
     return max(1, SendBatch.objects.filter(created_at__gte=since).count())
 
 
-#: FOR VALUES FROM ('12') TO ('20'), or FROM (MINVALUE) TO ('12')
-_BOUNDS = re.compile(r"FROM \('?(\w+)'?\) TO \('?(\w+)'?\)")
-
-
 def range_partitions() -> list[Partition]:
     """Return the partitions of ranges of batches, lowest first (not the before nor the
     overflow one)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
-            " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
-            [RECIPIENT],
-        )
-        rows = cursor.fetchall()
-    found = []
-    for name, bound in rows:
-        if name.startswith(PARTITION_PREFIX):
-            first, end = _BOUNDS.search(bound).groups()
-            found.append(Partition(name, int(first), int(end)))
-    return sorted(found, key=lambda partition: partition.first)
+    return partitioning.id_ranges(RECIPIENT, PARTITION_PREFIX)
 
 
 def ensure_partitions() -> list[Partition]:
@@ -242,31 +214,20 @@ def ensure_partitions() -> list[Partition]:
     next_id, width = _next_batch_id(), _width()
     start = max(made[-1].end if made else 0, next_id + width, past_overflow)
     end = next_id + (app_settings.HISTORY_PARTITIONS_AHEAD + 1) * width
-    if start >= end:
+    ranges = []
+    while start < end:
+        ranges.append(_partition(start, width))
+        start = ranges[-1].end
+    if not ranges:
         return []
-    new: list[Partition] = []
-    try:
-        # A freeze of a batch of those ranges into the overflow now fails the CHECK.
-        partitioning.validated_check(
-            OVERFLOW,
-            OVERFLOW_CHECK,
-            "batch_id < %d OR batch_id >= %d" % (start, start + -(-(end - start) // width) * width),
-        )
-        shape = _shape(BEFORE)
-        while start < end:
-            partition = _partition(start, width)
-            if partitioning.make_and_attach(
-                RECIPIENT, partition.name, _table(partition.name, shape), _attach(partition)
-            ):
-                logger.info("recipient partition made name=%s", partition.name)
-                new.append(partition)
-            start = partition.end
-    except IntegrityError:  # a batch of those ranges froze into the overflow: next run
-        logger.warning("recipient partitions not made: batches froze past the partitions")
-    finally:
-        # Afterwards, or cut short: the overflow takes any batch again.
-        locked("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (OVERFLOW, OVERFLOW_CHECK))
-    return new
+    shape = _shape(BEFORE)
+    return partitioning.make_id_ranges(
+        RECIPIENT,
+        "batch_id",
+        (OVERFLOW, OVERFLOW_CHECK),
+        ranges,
+        lambda name: _table(name, shape),
+    )
 
 
 def _holds_live_batches(partition: Partition, finished: QuerySet) -> bool:

@@ -31,7 +31,10 @@ before and overflow partitions are deleted row by row. With partitioned occurren
 (scheduler_app.occurrence_partitions), the partitions of intervals before the cutoff none
 of whose occurrences has an unfinished job are dropped whole
 (``occurrences_in_partitions``); the old occurrences of the before and overflow
-partitions are deleted row by row. Each real run first makes the partitions ahead.
+partitions are deleted row by row. With partitioned attempts
+(scheduler_app.attempt_partitions), the partitions of ranges of jobs all of whose jobs
+with attempts are gone or finished before the cutoff are dropped whole
+(``attempts_in_partitions``), after the jobs. Each real run first makes the partitions ahead.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from django.core.files.storage import default_storage
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from scheduler_app import (
+    attempt_partitions,
     clock,
     database,
     occurrence_partitions,
@@ -312,6 +316,8 @@ PARTITIONED_JOBS = "jobs_in_partitions"
 PARTITIONED_RECIPIENTS = "recipients_in_partitions"
 #: The count of the old occurrences that went with whole partitions.
 PARTITIONED_OCCURRENCES = "occurrences_in_partitions"
+#: The count of the attempts of pruned jobs that went with whole partitions.
+PARTITIONED_ATTEMPTS = "attempts_in_partitions"
 #: The count of the finished jobs a run moved from the hot partition into history
 #: partitions (those that ended outside the worker's finish): moved, not removed.
 MOVED_JOBS = "jobs_moved_to_history"
@@ -449,6 +455,15 @@ class WholePartitions:
 
 
 PARTITIONED_KINDS = (
+    # After the jobs' history partitions: a partition of attempts goes once its jobs have.
+    PartitionedKind(
+        kind="jobs",
+        count=PARTITIONED_ATTEMPTS,
+        is_partitioned=attempt_partitions.is_partitioned,
+        ensure_partitions=attempt_partitions.ensure_partitions,
+        expired=attempt_partitions.expired,
+        drop=attempt_partitions.drop,
+    ),
     PartitionedKind(
         kind="recipients",
         count=PARTITIONED_RECIPIENTS,
@@ -514,8 +529,9 @@ def _remove(
     if (
         counts.get("jobs")
         or counts.get("occurrences")
-        or counts.get(PARTITIONED_OCCURRENCES)
         or (history and history.expired)
+        # Whatever the statistics say they hold.
+        or any(read.expired for read in whole if read.of.count == PARTITIONED_OCCURRENCES)
     ):
         # Before anything goes: the absent and suspicious-success rules still need it.
         remember_pruned(cutoffs.get("jobs"), cutoffs.get("occurrences"))
@@ -544,13 +560,19 @@ def _remove(
 
 
 #: The counts of rows that go with whole partitions, or are moved: outside the breaker.
-NOT_ONE_BY_ONE = (PARTITIONED_JOBS, MOVED_JOBS, PARTITIONED_RECIPIENTS, PARTITIONED_OCCURRENCES)
+NOT_ONE_BY_ONE = (
+    PARTITIONED_JOBS,
+    MOVED_JOBS,
+    PARTITIONED_RECIPIENTS,
+    PARTITIONED_OCCURRENCES,
+    PARTITIONED_ATTEMPTS,
+)
 
 
 def rows_one_by_one(counts: dict[str, int]) -> int:
     """Return the rows (and files) of ``counts`` removed one by one: what the breaker
-    counts, all but the jobs and recipients that go with whole partitions and the jobs
-    moved."""
+    counts, all but the rows that go with whole partitions and the jobs moved
+    (NOT_ONE_BY_ONE)."""
     return sum(counts.values()) - sum(counts.get(name, 0) for name in NOT_ONE_BY_ONE)
 
 

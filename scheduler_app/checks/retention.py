@@ -1,6 +1,6 @@
 """Retention: the RETENTION_*, PRUNE_* and *HISTORY* settings (E054-E057, W058), and relations
-to Job, Recipient and ScheduleOccurrence that the PostgreSQL prune and partitions cannot
-honour (E059, E065, E066)."""
+to Job, Recipient, ScheduleOccurrence and JobAttempt that the PostgreSQL prune and
+partitions cannot honour (E059, E065, E066)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.db.models import DO_NOTHING
 
 from scheduler_app.conf import app_settings, is_number
 from scheduler_app.database import connection
-from scheduler_app.models import Job, Recipient, ScheduleOccurrence
+from scheduler_app.models import Job, JobAttempt, Recipient, ScheduleOccurrence
 from scheduler_app.schedules.recurrence import CronError, check_cron
 
 #: Retention settings: a number of days > 0, or None to keep forever (check E054).
@@ -148,28 +148,27 @@ def check_recipient_relations(app_configs: Any = None, **kwargs: Any) -> list[Er
 
 
 @register(Tags.models)
-def check_occurrence_relations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
-    """Refuse a project's foreign key to ScheduleOccurrence but a DO_NOTHING one without a
-    constraint (E066), with partitioned occurrences (PostgreSQL).
+def check_history_relations(app_configs: Any = None, **kwargs: Any) -> list[Error]:
+    """Refuse a project's foreign key to ScheduleOccurrence or JobAttempt but a DO_NOTHING
+    one without a constraint (E066), with partitioned history (PostgreSQL).
 
-    A partitioned occurrence table has no unique id alone for a constraint to point at,
-    and retention drops old occurrences a partition at a time, ignoring on_delete.
+    A partitioned occurrence (or attempt) table has no unique id alone for a constraint to
+    point at, and retention drops its rows a partition at a time, ignoring on_delete.
     """
     if not app_settings.PARTITIONED_HISTORY or connection.vendor != "postgresql":
         return []
     return [
         Error(
-            "A relation to scheduler_app.ScheduleOccurrence that partitioned occurrences "
-            "cannot honour: on PostgreSQL the occurrence table is partitioned by time (no "
-            "constraint can point at its rows) and old occurrences are dropped a partition "
-            "at a time, which ignores on_delete.",
+            "A relation to %s that partitioned history cannot honour: on PostgreSQL its "
+            "table is partitioned (no constraint can point at its rows) and retention drops "
+            "its rows a partition at a time, which ignores on_delete." % model._meta.label,
             hint="Declare it with on_delete=models.DO_NOTHING and db_constraint=False (a "
-            "pruned occurrence leaves its id behind), or keep the occurrence's id in a "
-            "plain integer field.",
+            "pruned row leaves its id behind), or keep the id in a plain integer field.",
             obj=field,
             id="scheduler_app.E066",
         )
-        for field in _relations_to(ScheduleOccurrence, app_configs)
+        for model in (ScheduleOccurrence, JobAttempt)
+        for field in _relations_to(model, app_configs)
     ]
 
 

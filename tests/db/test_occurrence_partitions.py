@@ -11,7 +11,7 @@ import io
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, ProgrammingError, connection, transaction
 
 from scheduler_app import clock, occurrence_partitions, partitions
 from scheduler_app.db.postgresql.partitioning import id_sequence
@@ -48,6 +48,7 @@ def partitioned(transactional_db):
         with connection.cursor() as cursor:
             for partition in set(occurrence_partitions.range_partitions()) - found:
                 cursor.execute("DROP TABLE %s" % partition.name)
+        occurrence_partitions.ensure_partitions()  # those of now, if a prune dropped them
         return
     occurrence_partitions.convert()
     try:
@@ -193,12 +194,13 @@ def test_converting_keeps_every_occurrence_and_later_ones_go_to_partitions(plain
         in out.getvalue().splitlines()
     )
     assert where(before) == occurrence_partitions.BEFORE
+    # The interval being written stays in the before partition: no partition, nor the
+    # CHECK that keeps it out of the overflow, fences off an occurrence recorded now.
+    assert where(occurred(nightly, now)) == occurrence_partitions.BEFORE
     first = occurrence_partitions.range_partitions()[0]
-    # The before partition keeps an interval past the conversion (CONVERSION_MARGIN).
-    assert first.start > now + occurrence_partitions.CONVERSION_MARGIN
     later = occurred(nightly, first.start)
     assert where(later) == first.name
-    assert list(nightly.occurrences.values_list("pk", flat=True)) == [later.pk, before.pk]
+    assert nightly.occurrences.values_list("pk", flat=True).first() == later.pk
     with pytest.raises(IntegrityError), transaction.atomic():  # once per schedule and time
         occurred(nightly, first.start)
     assert id_sequence(occurrence_partitions.OCCURRENCE)[0] == (
@@ -210,7 +212,7 @@ def test_converting_keeps_every_occurrence_and_later_ones_go_to_partitions(plain
     assert where(occurred(nightly, first.start + 400 * DAY)) == occurrence_partitions.OVERFLOW
 
 
-def test_retention_drops_an_old_partition_whole_and_remembers_its_last_success(partitioned):
+def test_retention_drops_an_old_partition_whole(partitioned):
     nightly = schedule()
     partition = future_partition()
     succeeded = occurred(nightly, partition.start, job_status=Job.Status.SUCCEEDED)
@@ -224,9 +226,50 @@ def test_retention_drops_an_old_partition_whole_and_remembers_its_last_success(p
     assert not ScheduleOccurrence.objects.filter(pk__in=[succeeded.pk, skipped.pk]).exists()
     # From the statistics: the drop reads no occurrence; none went one by one.
     assert (run.counts[PARTITIONED_OCCURRENCES], run.counts["occurrences"]) == (2, 0)
+
+
+def test_the_last_success_is_remembered_whatever_the_statistics_say(partitioned):
+    nightly = schedule()
+    partition = future_partition()
+    analyze(partition)  # while empty: the statistics say 0 rows
+    succeeded = occurred(nightly, partition.start, job_status=Job.Status.SUCCEEDED)
+
+    prune_after(partition)
+
+    assert not exists(partition.name)
     # What the absent rule needs of the schedule survives its occurrences.
     memory = AlertMemory.objects.get(subject="schedule:nightly")
     assert memory.last_success_at == Job.objects.get(pk=succeeded.job_id).finished_at
+
+
+def test_a_partition_keeps_the_schedule_foreign_key(partitioned):
+    partition = future_partition()
+    with pytest.raises(IntegrityError), transaction.atomic():  # checked at commit
+        ScheduleOccurrence.objects.create(
+            schedule_id=999_999, occurrence_at=partition.start, outcome=Outcome.SKIPPED_OVERLAP
+        )
+
+
+def test_a_conversion_that_fails_leaves_the_table_as_it_was(plain):
+    nightly = schedule()
+    with connection.cursor() as cursor:  # the name the table would take
+        cursor.execute("CREATE TABLE %s (id int)" % occurrence_partitions.BEFORE)
+    try:
+        with pytest.raises(ProgrammingError):
+            occurrence_partitions.convert()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE %s" % occurrence_partitions.BEFORE)
+
+    assert not occurrence_partitions.is_partitioned()
+    # Without its CHECK, which would have refused every occurrence past its bound.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass",
+            [occurrence_partitions.OCCURRENCE],
+        )
+        assert occurrence_partitions.BEFORE_CHECK not in {row[0] for row in cursor.fetchall()}
+    occurred(nightly, clock.now() + 400 * DAY).delete()
 
 
 def test_a_run_still_pending_keeps_its_partition_whole_until_it_ends(partitioned):
@@ -255,7 +298,7 @@ def test_a_run_retried_before_the_drop_keeps_the_partition(partitioned):
     nightly = schedule()
     partition = future_partition()
     failed = occurred(nightly, partition.start, job_status=Job.Status.FAILED)
-    (expired,) = occurrence_partitions.expired(partition.end)
+    (expired,) = [p for p in occurrence_partitions.expired(partition.end) if p == partition]
     Job.objects.filter(pk=failed.job_id).update(status=Job.Status.PENDING, finished_at=None)
 
     assert occurrence_partitions.drop(expired) is False
@@ -285,12 +328,14 @@ def test_old_occurrences_of_the_before_and_overflow_partitions_go_row_by_row(pla
 def test_a_partition_is_not_made_for_an_interval_with_occurrences_in_the_overflow(partitioned):
     nightly = schedule()
     start = partitions.start_of(clock.now() + 800 * DAY, occurrence_partitions.width())
-    late = occurred(nightly, start + dt.timedelta(hours=2))
+    following = start + occurrence_partitions.width()  # the first a prune then would make
+    late = occurred(nightly, following + dt.timedelta(hours=2))
     assert where(late) == occurrence_partitions.OVERFLOW
 
     made = occurrence_partitions.ensure_partitions(now=start)
 
-    assert start not in {partition.start for partition in made}
+    assert made and following not in {partition.start for partition in made}
     assert where(late) == occurrence_partitions.OVERFLOW
     # The overflow takes any occurrence again afterwards.
-    assert where(occurred(nightly, start + dt.timedelta(hours=3))) == occurrence_partitions.OVERFLOW
+    again = occurred(nightly, following + dt.timedelta(hours=3))
+    assert where(again) == occurrence_partitions.OVERFLOW

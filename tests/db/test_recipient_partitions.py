@@ -11,7 +11,7 @@ import re
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, ProgrammingError, connection, transaction
 
 from scheduler_app import clock, recipient_partitions
 from scheduler_app.db.postgresql import partitioning
@@ -416,3 +416,22 @@ def test_batches_kept_for_ever_get_no_partitions_and_share_the_overflow(partitio
 
     assert recipient_partitions.range_partitions() == before
     assert where(batch()) == recipient_partitions.OVERFLOW
+
+
+def test_a_conversion_that_fails_leaves_the_table_as_it_was(plain):
+    """The CHECK the conversion validates first goes again: left on the table, it would
+    refuse the recipients of every batch past its bound."""
+    with connection.cursor() as cursor:  # the name the table would take
+        cursor.execute("CREATE TABLE %s (id int)" % recipient_partitions.BEFORE)
+    try:
+        with pytest.raises(ProgrammingError):
+            recipient_partitions.convert()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE %s" % recipient_partitions.BEFORE)
+
+    assert not recipient_partitions.is_partitioned()
+    batch_ids_past(
+        recipient_partitions.Partition("", 0, 10 * recipient_partitions.CONVERSION_MARGIN)
+    )
+    batch()  # past the bound the CHECK had

@@ -1,7 +1,7 @@
-"""System checks E059, E065 and E066: a project's relation to Job, Recipient or
-ScheduleOccurrence that the PostgreSQL prune (one raw DELETE, or a partition dropped, no
-on_delete) and partitioned tables cannot honour is refused with the way out; a constraint
-would fail every prune.
+"""System checks E059, E065 and E066: a project's relation to Job, Recipient,
+ScheduleOccurrence or JobAttempt that the PostgreSQL prune (one raw DELETE, or a partition
+dropped, no on_delete) and partitioned tables cannot honour is refused with the way out; a
+constraint would fail every prune.
 
 The models are declared in an isolated app registry: no table, no other test sees them.
 """
@@ -14,11 +14,11 @@ from django.test import override_settings
 from django.test.utils import isolate_apps
 
 from scheduler_app.checks.retention import (
+    check_history_relations,
     check_job_relations,
-    check_occurrence_relations,
     check_recipient_relations,
 )
-from scheduler_app.models import Job, Recipient, ScheduleOccurrence
+from scheduler_app.models import Job, JobAttempt, Recipient, ScheduleOccurrence
 
 HINT = (
     "Declare it with on_delete=models.DO_NOTHING and db_constraint=False (a pruned job "
@@ -111,7 +111,7 @@ def test_a_relation_to_recipient_is_refused_while_recipients_may_be_partitioned(
     assert check_recipient_relations() == []
 
 
-def test_a_relation_to_an_occurrence_is_refused_while_occurrences_may_be_partitioned():
+def test_a_relation_to_an_occurrence_or_attempt_is_refused_while_they_may_be_partitioned():
     with isolate_apps("tests.testapp") as apps:
 
         class Audit(models.Model):  # noqa: DJ008
@@ -123,17 +123,22 @@ def test_a_relation_to_an_occurrence_is_refused_while_occurrences_may_be_partiti
                 db_constraint=False,
                 related_name="+",
             )
+            attempt = models.ForeignKey(JobAttempt, on_delete=models.SET_NULL, null=True)
 
             class Meta:
                 app_label = "testapp"
 
         partitioned = {**settings.SCHEDULER_APP, "PARTITIONED_HISTORY": True}
         with override_settings(SCHEDULER_APP=partitioned):
-            errors = check_occurrence_relations(app_configs=apps.get_app_configs())
+            errors = check_history_relations(app_configs=apps.get_app_configs())
         one_table = {**settings.SCHEDULER_APP, "PARTITIONED_HISTORY": False}
         with override_settings(SCHEDULER_APP=one_table):
-            assert check_occurrence_relations(app_configs=apps.get_app_configs()) == []
+            assert check_history_relations(app_configs=apps.get_app_configs()) == []
 
-    expected = [("scheduler_app.E066", "occurrence")] if connection.vendor == "postgresql" else []
+    expected = (
+        [("scheduler_app.E066", "occurrence"), ("scheduler_app.E066", "attempt")]
+        if connection.vendor == "postgresql"
+        else []
+    )
     assert [(e.id, e.obj.name) for e in errors] == expected
-    assert check_occurrence_relations() == []
+    assert check_history_relations() == []

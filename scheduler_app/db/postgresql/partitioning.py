@@ -5,12 +5,15 @@ put back, the ids' sequence, copied indexes, and row counts from the statistics.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from django.db import OperationalError
+from django.db import IntegrityError, OperationalError
 
 from scheduler_app import database
 from scheduler_app.database import connection
@@ -25,6 +28,49 @@ T = TypeVar("T")
 
 #: Where copied_indexes() statements name their table (not a valid identifier).
 TABLE_PLACEHOLDER = "<table>"
+
+
+@dataclasses.dataclass(frozen=True)
+class IdRange:
+    """A partition of the rows whose key (their owner's id) is in [first, end)."""
+
+    name: str
+    first: int
+    end: int
+
+
+#: FOR VALUES FROM ('12') TO ('20'), or FROM (MINVALUE) TO ('12')
+_BOUNDS = re.compile(r"FROM \('?(\w+)'?\) TO \('?(\w+)'?\)")
+
+
+def id_ranges(parent: str, prefix: str) -> list[IdRange]:
+    """Return the partitions of ``parent`` whose names start with ``prefix``, each of a
+    range of ids, lowest first."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid) FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = %s::regclass",
+            [parent],
+        )
+        rows = cursor.fetchall()
+    found = []
+    for name, bound in rows:
+        if name.startswith(prefix):
+            first, end = _BOUNDS.search(bound).groups()
+            found.append(IdRange(name, int(first), int(end)))
+    return sorted(found, key=lambda partition: partition.first)
+
+
+def upper_bound(partition: str) -> str:
+    """Return the end of ``partition``'s range as PostgreSQL shows it (an id, or a
+    timestamp): its values are below it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE oid = %s::regclass",
+            [partition],
+        )
+        # FOR VALUES FROM (MINVALUE) TO ('12'), or TO ('2026-12-12 00:00:00+00')
+        return re.search(r"TO \('?([^')]+)'?\)", cursor.fetchone()[0]).group(1)
 
 
 def is_partitioned(table: str) -> bool:
@@ -67,6 +113,37 @@ def locked_steps(steps: Callable[[Any], T]) -> T:
     raise AssertionError("unreachable")  # the last try returns or raises
 
 
+@contextlib.contextmanager
+def converting(table: str, check: str, condition: str) -> Iterator[None]:
+    """Give ``table`` the valid CHECK ``check`` of ``condition`` (validated_check) for the
+    conversion in the block, which attaches the table as the partition of the rows the
+    CHECK bounds; if the validation or the block fails, the CHECK goes again: left on a
+    table that stays one table, it would refuse every row past its bound some day."""
+    try:
+        validated_check(table, check, condition)
+        yield
+    except BaseException:
+        locked("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (table, check))
+        raise
+
+
+def foreign_keys(source: str) -> list[str]:
+    """Return the statements that give another table (TABLE_PLACEHOLDER, as
+    copied_indexes() names it) the foreign keys of ``source``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND contype = 'f' ORDER BY conname",
+            [source],
+        )
+        definitions = [row[0] for row in cursor.fetchall()]
+    return [
+        "ALTER TABLE %s ADD CONSTRAINT %s_fk%d %s"
+        % (TABLE_PLACEHOLDER, TABLE_PLACEHOLDER, number, definition)
+        for number, definition in enumerate(definitions, start=1)
+    ]
+
+
 def in_place_of(parent: str, before: str, check: str, key: str, bound: str) -> list[str]:
     """Return the statements, run in one transaction, that rename the table ``parent`` to
     ``before``, make a table partitioned by range of ``key`` in its place with its columns,
@@ -103,6 +180,51 @@ def put_back(parent: str, before: str, check: str) -> None:
         "ALTER TABLE %s RENAME TO %s" % (before, parent),
     )
     logger.info("partitioned table put back as one table=%s", parent)
+
+
+def attach_id_range(parent: str, partition: IdRange) -> str:
+    """Return the statement that attaches ``partition`` to ``parent`` for its ids."""
+    return "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)" % (
+        parent,
+        partition.name,
+        partition.first,
+        partition.end,
+    )
+
+
+def make_id_ranges(
+    parent: str,
+    key: str,
+    overflow: tuple[str, str],
+    ranges: list[IdRange],
+    make: Callable[[str], list[str]],
+) -> list[IdRange]:
+    """Make ``ranges``, consecutive partitions of ``parent`` by ``key``, as tables of their
+    own with the statements ``make(name)`` (indexed while empty), each then attached
+    (SHARE UPDATE EXCLUSIVE on ``parent``: writers go on); return those made.
+
+    Attaching would also read the whole overflow partition, ``overflow`` = (its name, a
+    CHECK's name), with its lock held: a CHECK that keeps the ranges out of it, validated
+    first without blocking its writes, spares that read, and goes afterwards. A row of
+    those ranges written into the overflow meanwhile fails it: the ranges wait for the
+    next run.
+    """
+    table, check = overflow
+    made: list[IdRange] = []
+    try:
+        validated_check(
+            table, check, "%s < %d OR %s >= %d" % (key, ranges[0].first, key, ranges[-1].end)
+        )
+        for partition in ranges:
+            attach = attach_id_range(parent, partition)
+            if make_and_attach(parent, partition.name, make(partition.name), attach):
+                logger.info("partition made name=%s", partition.name)
+                made.append(partition)
+    except IntegrityError:
+        logger.warning("partitions not made: rows written past the partitions table=%s", parent)
+    finally:
+        locked("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (table, check))
+    return made
 
 
 def make_and_attach(parent: str, table: str, make: list[str], attach: str) -> bool:

@@ -1,5 +1,6 @@
 """manage.py scheduler_partition: put finished jobs and schedule occurrences in time
-partitions, and recipients in partitions of ranges of batches (PostgreSQL)."""
+partitions, job attempts in partitions of ranges of jobs, and recipients in partitions of
+ranges of batches (PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler_app import clock, occurrence_partitions, partitions, recipient_partitions
+from scheduler_app import (
+    attempt_partitions,
+    clock,
+    occurrence_partitions,
+    partitions,
+    recipient_partitions,
+)
 from scheduler_app.bounds import positive_int
 from scheduler_app.conf import app_settings
+from scheduler_app.db.postgresql.partitioning import IdRange
 from scheduler_app.management.database import database_ready
 from scheduler_app.retention import cutoffs_for
 
@@ -21,7 +29,8 @@ class Command(BaseCommand):
     help = (
         "Partition the job table so that retention drops finished jobs a partition at a "
         "time, the recipient table so that it drops finished batches' recipients a "
-        "partition at a time, and the schedule occurrence table so that it drops old "
+        "partition at a time, the job attempt table so that it drops pruned jobs' attempts "
+        "a partition at a time, and the schedule occurrence table so that it drops old "
         "occurrences a partition at a time (PostgreSQL; workers may run meanwhile), and make the "
         "partitions ahead (HISTORY_PARTITIONS_AHEAD). Run again, it makes only missing "
         "partitions. "
@@ -58,19 +67,23 @@ class Command(BaseCommand):
             converted = partitions.is_partitioned()
             recipients_converted = recipient_partitions.is_partitioned()
             occurrences_converted = occurrence_partitions.is_partitioned()
+            attempts_converted = attempt_partitions.is_partitioned()
             if options["dry_run"]:
                 self._describe(converted, options)
                 self._describe_recipients(recipients_converted)
                 self._describe_occurrences(occurrences_converted)
+                self._describe_attempts(attempts_converted)
                 return
             started = time.monotonic()
             made = partitions.convert()
             recipients_made = recipient_partitions.convert()
             occurrences_made = occurrence_partitions.convert()
+            attempts_made = attempt_partitions.convert()
         except (
             partitions.NotSupported,
             recipient_partitions.NotSupported,
             occurrence_partitions.NotSupported,
+            attempt_partitions.NotSupported,
         ) as exc:
             raise CommandError(str(exc)) from exc
         if not converted:
@@ -85,8 +98,15 @@ class Command(BaseCommand):
                 "The schedule occurrence table is partitioned; its rows are in %s."
                 % occurrence_partitions.BEFORE
             )
+        if not attempts_converted:
+            self.stdout.write(
+                "The job attempt table is partitioned; its rows are in %s."
+                % attempt_partitions.BEFORE
+            )
         for partition in recipients_made:
-            self.stdout.write("made %s" % self._batches_shown(partition))
+            self.stdout.write("made %s" % self._ids_shown(partition, "batches"))
+        for partition in attempts_made:
+            self.stdout.write("made %s" % self._ids_shown(partition, "jobs"))
         for partition in occurrences_made:
             self.stdout.write("made %s (%s to %s)" % self._shown(partition))
         for partition in made:
@@ -152,15 +172,35 @@ class Command(BaseCommand):
             "The recipient table is partitioned: %s partitions of batches." % len(existing)
         )
         for partition in existing:
-            self.stdout.write("  %s" % self._batches_shown(partition))
+            self.stdout.write("  %s" % self._ids_shown(partition, "batches"))
+
+    def _describe_attempts(self, converted: bool) -> None:
+        if not converted:
+            ahead = (
+                "make %s partitions for the jobs to come"
+                % (app_settings.HISTORY_PARTITIONS_AHEAD + 1)
+                if app_settings.RETENTION_JOBS_DAYS is not None
+                else "make none ahead (RETENTION_JOBS_DAYS is None: jobs are kept)"
+            )
+            self.stdout.write(
+                "Would partition the job attempt table (its rows stay, in %s) and %s."
+                % (attempt_partitions.BEFORE, ahead)
+            )
+            return
+        existing = attempt_partitions.range_partitions()
+        self.stdout.write(
+            "The job attempt table is partitioned: %s partitions of jobs." % len(existing)
+        )
+        for partition in existing:
+            self.stdout.write("  %s" % self._ids_shown(partition, "jobs"))
 
     def _describe_occurrences(self, converted: bool) -> None:
         if not converted:
             ahead = (
-                "make %s partitions of %s minutes"
+                "make partitions of %s days up to %s ahead"
                 % (
-                    app_settings.HISTORY_PARTITIONS_AHEAD + 1,
-                    app_settings.HISTORY_PARTITION_MINUTES,
+                    app_settings.OCCURRENCE_PARTITION_DAYS,
+                    app_settings.HISTORY_PARTITIONS_AHEAD,
                 )
                 if app_settings.RETENTION_OCCURRENCES_DAYS is not None
                 else "make none ahead (RETENTION_OCCURRENCES_DAYS is None: occurrences are kept)"
@@ -205,8 +245,8 @@ class Command(BaseCommand):
             )
 
     @staticmethod
-    def _batches_shown(partition: recipient_partitions.Partition) -> str:
-        return "%s (batches %s to %s)" % (partition.name, partition.first, partition.end - 1)
+    def _ids_shown(partition: IdRange, what: str) -> str:
+        return "%s (%s %s to %s)" % (partition.name, what, partition.first, partition.end - 1)
 
     @staticmethod
     def _shown(partition: partitions.Partition) -> tuple[str, str, str]:
