@@ -16,11 +16,11 @@ on one whose attempt table holds rows) the attempt table is partitioned by range
   ever), and of jobs whose range's partition went before they failed.
 
 Job.attempt_history() names its job, so the planner reads one partition. Retention drops
-a partition whole once no new job can fall in its range and every job with attempts in
-it is gone or finished before the cutoff (``expired()``): a job's attempts no longer go
-one by one with it (the history partition drop and the row-by-row prune delete those of
-the before and overflow partitions only). SQLite, and PostgreSQL until converted, keep
-one table; the ORM sees the same rows.
+a partition whole once no new job can fall in its range and every job of its range is
+gone (``expired()``): the history partition drop deletes its jobs' attempts from the
+before and overflow partitions only, and the attempts of a range go with it at a
+prune run after. (The row-by-row prune of jobs deletes theirs wherever they are.) SQLite,
+and PostgreSQL until converted, keep one table; the ORM sees the same rows.
 """
 
 from __future__ import annotations
@@ -28,11 +28,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from django.db.models import Exists, OuterRef
-
-from scheduler_app import clock, database
 from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
+from scheduler_app.db import database_now
 from scheduler_app.db.postgresql import partitioning
 from scheduler_app.db.postgresql.partitioning import IdRange, locked, locked_steps, on_table
 from scheduler_app.models import Job, JobAttempt
@@ -167,11 +165,13 @@ def _kept_for_a_time() -> bool:
     return app_settings.RETENTION_JOBS_DAYS is not None
 
 
-def _width(next_id: int) -> int:
+def _width(next_id: int, floor: int = 0) -> int:
     """Return how many job ids a new partition holds: those handed out since the first job
-    created in the last HISTORY_PARTITION_MINUTES (at least MIN_WIDTH), found by bisecting the
-    job ids by creation time (each step one look-up of each job partition's primary key)."""
-    since = clock.now() - dt.timedelta(minutes=app_settings.HISTORY_PARTITION_MINUTES)
+    created in the last HISTORY_PARTITION_MINUTES, or since ``floor`` if later (the ids the
+    conversion skipped are not counted), at least MIN_WIDTH. The first such job is found
+    by bisecting the job ids by creation time: each step looks up each job partition's
+    primary key once."""
+    since = database_now() - dt.timedelta(minutes=app_settings.HISTORY_PARTITION_MINUTES)
     low, high = 0, next_id  # every job from ``high`` on was created at or after ``since``
     first = None  # the first job from ``high`` on
     while low < high:
@@ -182,7 +182,9 @@ def _width(next_id: int) -> int:
             high, first = middle, found[0] if found else None
         else:
             low = found[0] + 1
-    return max(MIN_WIDTH, next_id - first) if first is not None else MIN_WIDTH
+    if first is None:
+        return MIN_WIDTH
+    return max(MIN_WIDTH, next_id - max(first, floor))
 
 
 def range_partitions() -> list[IdRange]:
@@ -210,8 +212,9 @@ def ensure_partitions() -> list[IdRange]:
         cursor.execute("SELECT COALESCE(max(job_id) + 1, 0) FROM %s" % OVERFLOW)
         past_overflow = cursor.fetchone()[0]
     next_id = _next_job_id()
-    width = _width(next_id)
-    start = max(made[-1].end if made else before_bound(), next_id + width, past_overflow)
+    bound = before_bound()
+    width = _width(next_id, floor=bound)
+    start = max(made[-1].end if made else bound, next_id + width, past_overflow)
     end = next_id + (app_settings.HISTORY_PARTITIONS_AHEAD + 1) * width
     ranges = []
     while start < end:
@@ -225,39 +228,31 @@ def ensure_partitions() -> list[IdRange]:
     )
 
 
-def _holds_kept_jobs(partition: IdRange, cutoff: dt.datetime) -> bool:
-    """Return whether a job of ``partition``'s range that retention keeps (pending,
-    running, or finished at or after ``cutoff``) has attempts there."""
-    kept = (
-        Job.objects.filter(pk__gte=partition.first, pk__lt=partition.end)
-        .exclude(status__in=Job.FINISHED, finished_at__lt=cutoff)
-        .filter(Exists(JobAttempt.objects.filter(job=OuterRef("pk"))))
-    )
-    with database.atomic(), connection.cursor() as cursor:
-        # As for recipients: no JIT compilation of a look-up of a row or two.
-        cursor.execute("SET LOCAL jit = off")
-        return kept.exists()
+def _holds_jobs(partition: IdRange) -> bool:
+    """Return whether a job of ``partition``'s range is still there (whatever its state:
+    a finished one's attempt history is read until it goes, and it may be retried): one
+    look-up of each job partition's primary key."""
+    return Job.objects.filter(pk__gte=partition.first, pk__lt=partition.end).exists()
 
 
-def expired(cutoff: dt.datetime) -> list[IdRange]:
+def expired() -> list[IdRange]:
     """Return the partitions retention may drop: no job can be created in their range any
-    more, and every job with attempts in them is gone or finished before ``cutoff``."""
+    more, and every job of their range is gone (the jobs' own retention removed them)."""
     next_id = _next_job_id()
     return [
         partition
         for partition in range_partitions()
-        if partition.end <= next_id and not _holds_kept_jobs(partition, cutoff)
+        if partition.end <= next_id and not _holds_jobs(partition)
     ]
 
 
-def drop(partition: IdRange, cutoff: dt.datetime) -> bool:
-    """Drop a partition with its attempts; return False if it was gone already or a job
-    with attempts there is kept now (retried meanwhile).
+def drop(partition: IdRange) -> bool:
+    """Drop a partition with its attempts; return False if it was gone already or a job of
+    its range is there now.
 
     One transaction takes the attempt table's lock (at most LOCK_TIMEOUT of waiting,
-    tried again from the start), so no attempt can be written meanwhile, checks the jobs
-    again and drops the table. Nothing refers to an attempt; no statement reads the
-    partition's rows.
+    tried again from the start), checks the jobs again and drops the table. Nothing
+    refers to an attempt; no statement reads the partition's rows.
     """
 
     def steps(cursor) -> bool:
@@ -266,7 +261,7 @@ def drop(partition: IdRange, cutoff: dt.datetime) -> bool:
             return False
         # The partitioned table first, as every statement on it locks it before a partition.
         cursor.execute("LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE" % ATTEMPT)
-        if _holds_kept_jobs(partition, cutoff):
+        if _holds_jobs(partition):
             return False
         cursor.execute("DROP TABLE %s" % partition.name)
         return True

@@ -417,8 +417,8 @@ DESCRIPTIONS: dict[str, str] = {
     "RETENTION_JOBS_DAYS": (
         "Days to keep finished jobs (succeeded, failed, cancelled) and their attempt "
         "history, counted from `finished_at`. With partitioned attempts (PostgreSQL), a "
-        "partition of them goes whole once every job with attempts in it is gone or "
-        "qualifies. `None` keeps them."
+        "partition of them goes whole at a prune run once every job of its range of ids "
+        "is gone. `None` keeps them."
     ),
     "RETENTION_OCCURRENCES_DAYS": (
         "Days to keep the record of schedule occurrences (enqueued, skipped, error). With "

@@ -32,9 +32,8 @@ before and overflow partitions are deleted row by row. With partitioned occurren
 of whose occurrences has an unfinished job are dropped whole
 (``occurrences_in_partitions``); the old occurrences of the before and overflow
 partitions are deleted row by row. With partitioned attempts
-(scheduler_app.attempt_partitions), the partitions of ranges of jobs all of whose jobs
-with attempts are gone or finished before the cutoff are dropped whole
-(``attempts_in_partitions``), after the jobs. Each real run first makes the partitions ahead.
+(scheduler_app.attempt_partitions), the partitions of ranges of jobs all of whose jobs are
+gone are dropped whole (``attempts_in_partitions``). Each real run first makes the partitions ahead.
 """
 
 from __future__ import annotations
@@ -455,14 +454,14 @@ class WholePartitions:
 
 
 PARTITIONED_KINDS = (
-    # After the jobs' history partitions: a partition of attempts goes once its jobs have.
+    # A partition of attempts goes once its jobs have (at a run after theirs).
     PartitionedKind(
         kind="jobs",
         count=PARTITIONED_ATTEMPTS,
         is_partitioned=attempt_partitions.is_partitioned,
         ensure_partitions=attempt_partitions.ensure_partitions,
-        expired=attempt_partitions.expired,
-        drop=attempt_partitions.drop,
+        expired=lambda cutoff: attempt_partitions.expired(),
+        drop=lambda partition, cutoff: attempt_partitions.drop(partition),
     ),
     PartitionedKind(
         kind="recipients",

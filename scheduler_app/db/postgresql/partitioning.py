@@ -123,7 +123,11 @@ def converting(table: str, check: str, condition: str) -> Iterator[None]:
         validated_check(table, check, condition)
         yield
     except BaseException:
-        locked("ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (table, check))
+        drop = "ALTER TABLE %s DROP CONSTRAINT IF EXISTS %s" % (table, check)
+        try:
+            locked(drop)
+        except Exception:  # the lock the conversion could not have either: say so
+            logger.error("the conversion's CHECK is left: run %s;", drop)
         raise
 
 
