@@ -144,7 +144,7 @@ def main() -> None:
         # What the prune runs before did: the partitions before the target's went.
         for partition in attempt_partitions.range_partitions():
             if partition.end <= target.first:
-                attempt_partitions.drop(partition, now)
+                attempt_partitions.drop(partition)
         cpu = cpu_meter()
         began = time.perf_counter()
         run = prune(now)
