@@ -32,7 +32,7 @@ from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
 from scheduler_app.db import database_now
 from scheduler_app.db.postgresql import partitioning
-from scheduler_app.db.postgresql.partitioning import IdRange, locked, locked_steps, on_table
+from scheduler_app.db.postgresql.partitioning import IdRange, locked
 from scheduler_app.models import Job, JobAttempt
 
 logger = logging.getLogger("scheduler_app.partitions")
@@ -85,7 +85,7 @@ def convert() -> list[IdRange]:
         # Jobs exist: workers may be creating more while the CHECK is validated.
         cursor.execute("SELECT EXISTS (SELECT 1 FROM %s)" % JOB)
         margin = CONVERSION_MARGIN if cursor.fetchone()[0] else 0
-    next_id = _next_job_id()
+    next_id = partitioning.next_id(JOB)
     bound = next_id + margin
     first = [_partition(bound, _width(next_id))] if _kept_for_a_time() else []
     with partitioning.converting(
@@ -93,7 +93,6 @@ def convert() -> list[IdRange]:
     ):
         sequence, identity = partitioning.id_sequence(ATTEMPT)
         indexes = _indexes(ATTEMPT)
-        job_ids = partitioning.id_sequence(JOB)[0]
         locked(
             *partitioning.in_place_of(ATTEMPT, BEFORE, BEFORE_CHECK, "job_id", str(bound)),
             *_table(OVERFLOW, indexes),
@@ -101,14 +100,7 @@ def convert() -> list[IdRange]:
             *(statement for p in first for statement in (*_table(p.name, indexes), _attach(p))),
             *partitioning.ids_owned_by(ATTEMPT, BEFORE, sequence, identity=identity),
             # New jobs' attempts go to the partitions, past the before partition's ids.
-            *(
-                [
-                    "SELECT setval('%s', %d) FROM %s WHERE last_value < %d"
-                    % ((job_ids, bound - 1) * 2)
-                ]
-                if margin
-                else []
-            ),
+            *([partitioning.ids_past(JOB, bound)] if margin else []),
         )
     logger.info("partitioned table=%s before=%s", ATTEMPT, BEFORE)
     return [*first, *ensure_partitions()]
@@ -130,11 +122,7 @@ def _indexes(source: str) -> list[str]:
 def _table(table: str, indexes: list[str]) -> list[str]:
     """Return the statements that make ``table``, an empty partition: the before
     partition's columns and CHECK constraints but its bound, and ``indexes``."""
-    return [
-        "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS)" % (table, BEFORE),
-        "ALTER TABLE %s DROP CONSTRAINT %s" % (table, BEFORE_CHECK),
-        *on_table(indexes, table),
-    ]
+    return partitioning.partition_like(table, BEFORE, BEFORE_CHECK, indexes)
 
 
 def _partition(first: int, width: int) -> IdRange:
@@ -148,15 +136,6 @@ def _attach(partition: IdRange) -> str:
 def before_bound() -> int:
     """Return the first job id past the before partition's."""
     return int(partitioning.upper_bound(BEFORE))
-
-
-def _next_job_id() -> int:
-    """Return the id the next job gets (or a later one)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT last_value + is_called::int FROM %s" % partitioning.id_sequence(JOB)[0]
-        )
-        return cursor.fetchone()[0]
 
 
 def _kept_for_a_time() -> bool:
@@ -207,19 +186,14 @@ def ensure_partitions() -> list[IdRange]:
     """
     if not _kept_for_a_time():
         return []
-    made = range_partitions()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT COALESCE(max(job_id) + 1, 0) FROM %s" % OVERFLOW)
-        past_overflow = cursor.fetchone()[0]
-    next_id = _next_job_id()
-    bound = before_bound()
+    next_id, bound = partitioning.next_id(JOB), before_bound()
     width = _width(next_id, floor=bound)
-    start = max(made[-1].end if made else bound, next_id + width, past_overflow)
-    end = next_id + (app_settings.HISTORY_PARTITIONS_AHEAD + 1) * width
-    ranges = []
-    while start < end:
-        ranges.append(_partition(start, width))
-        start = ranges[-1].end
+    ranges = [
+        _partition(first, width)
+        for first, _ in partitioning.id_ranges_ahead(
+            OVERFLOW, "job_id", made=range_partitions(), floor=bound, next_id=next_id, width=width
+        )
+    ]
     if not ranges:
         return []
     indexes = _indexes(BEFORE)
@@ -238,7 +212,7 @@ def _holds_jobs(partition: IdRange) -> bool:
 def expired() -> list[IdRange]:
     """Return the partitions retention may drop: no job can be created in their range any
     more, and every job of their range is gone (the jobs' own retention removed them)."""
-    next_id = _next_job_id()
+    next_id = partitioning.next_id(JOB)
     return [
         partition
         for partition in range_partitions()
@@ -255,21 +229,9 @@ def drop(partition: IdRange) -> bool:
     refers to an attempt; no statement reads the partition's rows.
     """
 
-    def steps(cursor) -> bool:
-        cursor.execute("SELECT to_regclass(%s)", [partition.name])
-        if cursor.fetchone()[0] is None:
-            return False
-        # The partitioned table first, as every statement on it locks it before a partition.
-        cursor.execute("LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE" % ATTEMPT)
-        if _holds_jobs(partition):
-            return False
-        cursor.execute("DROP TABLE %s" % partition.name)
-        return True
-
-    dropped = locked_steps(steps)
-    if dropped:
-        logger.info("attempt partition dropped name=%s", partition.name)
-    return dropped
+    return partitioning.drop_partition(
+        ATTEMPT, partition.name, needed=lambda: _holds_jobs(partition)
+    )
 
 
 def row_by_row_tables() -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
 from scheduler_app.db import database_now
 from scheduler_app.db.postgresql import partitioning
-from scheduler_app.db.postgresql.partitioning import locked, locked_steps, on_table
+from scheduler_app.db.postgresql.partitioning import locked
 from scheduler_app.models import Job, ScheduleOccurrence
 from scheduler_app.models.jobs import OCCURRENCE_KEY_PREFIX
 from scheduler_app.partitions import (
@@ -138,11 +138,7 @@ def _copied(source: str) -> list[str]:
 def _table(table: str, copied: list[str]) -> list[str]:
     """Return the statements that make ``table``, an empty partition: the before
     partition's columns and CHECK constraints but its bound, and ``copied``."""
-    return [
-        "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS)" % (table, BEFORE),
-        "ALTER TABLE %s DROP CONSTRAINT %s" % (table, BEFORE_CHECK),
-        *on_table(copied, table),
-    ]
+    return partitioning.partition_like(table, BEFORE, BEFORE_CHECK, copied)
 
 
 def width() -> dt.timedelta:
@@ -289,21 +285,9 @@ def drop(partition: Partition) -> bool:
     refers to an occurrence; no statement reads the partition's rows.
     """
 
-    def steps(cursor) -> bool:
-        cursor.execute("SELECT to_regclass(%s)", [partition.name])
-        if cursor.fetchone()[0] is None:
-            return False
-        # The partitioned table first, as every statement on it locks it before a partition.
-        cursor.execute("LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE" % OCCURRENCE)
-        if _holds_unfinished_jobs(partition):
-            return False
-        cursor.execute("DROP TABLE %s" % partition.name)
-        return True
-
-    dropped = locked_steps(steps)
-    if dropped:
-        logger.info("occurrence partition dropped name=%s", partition.name)
-    return dropped
+    return partitioning.drop_partition(
+        OCCURRENCE, partition.name, needed=lambda: _holds_unfinished_jobs(partition)
+    )
 
 
 def row_by_row_tables() -> tuple[str, ...]:

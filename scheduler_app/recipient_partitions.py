@@ -35,7 +35,7 @@ from scheduler_app import clock, database
 from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
 from scheduler_app.db.postgresql import partitioning
-from scheduler_app.db.postgresql.partitioning import locked, locked_steps, on_table
+from scheduler_app.db.postgresql.partitioning import locked
 from scheduler_app.models import FeedbackEvent, Recipient, SendBatch
 
 logger = logging.getLogger("scheduler_app.partitions")
@@ -88,14 +88,13 @@ def convert() -> list[Partition]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT EXISTS (SELECT 1 FROM %s)" % RECIPIENT)
         margin = CONVERSION_MARGIN if cursor.fetchone()[0] else 0
-    bound = _next_batch_id() + margin
+    bound = partitioning.next_id(BATCH) + margin
     with partitioning.converting(
         RECIPIENT, BEFORE_CHECK, "batch_id IS NOT NULL AND batch_id < %d" % bound
     ):
         sequence, identity = partitioning.id_sequence(RECIPIENT)
         shape = _shape(RECIPIENT)
         first = [_partition(bound, _width())] if _kept_for_a_time() else []
-        batch_ids = partitioning.id_sequence(BATCH)[0]
         locked(
             *partitioning.in_place_of(RECIPIENT, BEFORE, BEFORE_CHECK, "batch_id", str(bound)),
             *_table(OVERFLOW, shape),
@@ -103,14 +102,7 @@ def convert() -> list[Partition]:
             *(statement for p in first for statement in (*_table(p.name, shape), _attach(p))),
             *partitioning.ids_owned_by(RECIPIENT, BEFORE, sequence, identity=identity),
             # New batches' recipients go to the partitions, past the before partition's ids.
-            *(
-                [
-                    "SELECT setval('%s', %d) FROM %s WHERE last_value < %d"
-                    % ((batch_ids, bound - 1) * 2)
-                ]
-                if margin
-                else []
-            ),
+            *([partitioning.ids_past(BATCH, bound)] if margin else []),
         )
     logger.info("partitioned table=%s before=%s", RECIPIENT, BEFORE)
     return [*first, *ensure_partitions()]
@@ -146,12 +138,7 @@ def _shape(source: str) -> _Shape:
 def _table(table: str, shape: _Shape) -> list[str]:
     """Return the statements that make ``table``, an empty partition: the before
     partition's columns and CHECK constraints but its bound, and ``shape``."""
-    return [
-        "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS)%s"
-        % (table, BEFORE, " WITH (%s)" % shape.options if shape.options else ""),
-        "ALTER TABLE %s DROP CONSTRAINT %s" % (table, BEFORE_CHECK),
-        *on_table(shape.indexes, table),
-    ]
+    return partitioning.partition_like(table, BEFORE, BEFORE_CHECK, shape.indexes, shape.options)
 
 
 def _attach(partition: Partition) -> str:
@@ -160,15 +147,6 @@ def _attach(partition: Partition) -> str:
 
 def _partition(first: int, width: int) -> Partition:
     return Partition(PARTITION_PREFIX + str(first), first, first + width)
-
-
-def _next_batch_id() -> int:
-    """Return the id the next batch gets (or a later one)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT last_value + is_called::int FROM %s" % partitioning.id_sequence(BATCH)[0]
-        )
-        return cursor.fetchone()[0]
 
 
 def _kept_for_a_time() -> bool:
@@ -207,17 +185,18 @@ def ensure_partitions() -> list[Partition]:
     """
     if not _kept_for_a_time():
         return []
-    made = range_partitions()
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT COALESCE(max(batch_id) + 1, 0) FROM %s" % OVERFLOW)
-        past_overflow = cursor.fetchone()[0]
-    next_id, width = _next_batch_id(), _width()
-    start = max(made[-1].end if made else 0, next_id + width, past_overflow)
-    end = next_id + (app_settings.HISTORY_PARTITIONS_AHEAD + 1) * width
-    ranges = []
-    while start < end:
-        ranges.append(_partition(start, width))
-        start = ranges[-1].end
+    width = _width()
+    ranges = [
+        _partition(first, width)
+        for first, _ in partitioning.id_ranges_ahead(
+            OVERFLOW,
+            "batch_id",
+            made=range_partitions(),
+            floor=0,
+            next_id=partitioning.next_id(BATCH),
+            width=width,
+        )
+    ]
     if not ranges:
         return []
     shape = _shape(BEFORE)
@@ -251,7 +230,7 @@ def expired(finished: QuerySet) -> list[Partition]:
     """Return the partitions retention may drop: no batch can be created in their range
     any more, and every batch with recipients in them is in ``finished`` (the batches
     finished before the cutoff)."""
-    next_id = _next_batch_id()
+    next_id = partitioning.next_id(BATCH)
     return [
         partition
         for partition in range_partitions()
@@ -271,27 +250,20 @@ def drop(partition: Partition, finished: QuerySet) -> bool:
     """
     feedback = FeedbackEvent._meta.db_table
 
-    def steps(cursor) -> bool:
-        cursor.execute("SELECT to_regclass(%s)", [partition.name])
-        if cursor.fetchone()[0] is None:
-            return False
-        # The partitioned table first, as every statement on it locks it before a partition.
-        cursor.execute("LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE" % RECIPIENT)
-        if _holds_live_batches(partition, finished):
-            return False
+    def unlink_feedback(cursor) -> None:
         cursor.execute(
             f"UPDATE {feedback} AS f SET recipient_id = NULL"
             f" WHERE f.recipient_id BETWEEN (SELECT min(id) FROM {partition.name})"
             f" AND (SELECT max(id) FROM {partition.name})"
             f" AND EXISTS (SELECT 1 FROM {partition.name} AS r WHERE r.id = f.recipient_id)"
         )
-        cursor.execute("DROP TABLE %s" % partition.name)
-        return True
 
-    dropped = locked_steps(steps)
-    if dropped:
-        logger.info("recipient partition dropped name=%s", partition.name)
-    return dropped
+    return partitioning.drop_partition(
+        RECIPIENT,
+        partition.name,
+        needed=lambda: _holds_live_batches(partition, finished),
+        before=unlink_feedback,
+    )
 
 
 def row_by_row_tables() -> tuple[str, ...]:

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from django.db import IntegrityError, OperationalError
 
 from scheduler_app import database
+from scheduler_app.conf import app_settings
 from scheduler_app.database import connection
 
 logger = logging.getLogger("scheduler_app.partitions")
@@ -186,6 +187,74 @@ def put_back(parent: str, before: str, check: str) -> None:
     logger.info("partitioned table put back as one table=%s", parent)
 
 
+def next_id(table: str) -> int:
+    """Return the id the next row of ``table`` gets from its sequence (or a later one)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT last_value + is_called::int FROM %s" % id_sequence(table)[0])
+        return cursor.fetchone()[0]
+
+
+def ids_past(table: str, bound: int) -> str:
+    """Return the statement that moves ``table``'s ids on to ``bound`` if they are below."""
+    sequence = id_sequence(table)[0]
+    return "SELECT setval('%s', %d) FROM %s WHERE last_value < %d" % (
+        sequence,
+        bound - 1,
+        sequence,
+        bound - 1,
+    )
+
+
+def id_ranges_ahead(
+    overflow: str, key: str, *, made: list[IdRange], floor: int, next_id: int, width: int
+) -> list[tuple[int, int]]:
+    """Return (first, end) of the ranges of ``width`` ids to make ahead of ``next_id``,
+    HISTORY_PARTITIONS_AHEAD of the width past the next one's.
+
+    They start where the last one ``made`` ends (``floor`` if none), or, if that is less
+    than a width past the next id (maintenance fell behind), a width past it, and past the
+    keys in the ``overflow`` partition: those in between go to the overflow."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COALESCE(max(%s) + 1, 0) FROM %s" % (key, overflow))
+        past_overflow = cursor.fetchone()[0]
+    start = max(made[-1].end if made else floor, next_id + width, past_overflow)
+    end = next_id + (app_settings.HISTORY_PARTITIONS_AHEAD + 1) * width
+    return [(first, first + width) for first in range(start, end, width)]
+
+
+def drop_partition(
+    parent: str,
+    partition: str,
+    *,
+    needed: Callable[[], bool],
+    before: Callable[[Any], None] | None = None,
+) -> bool:
+    """Drop ``partition`` of ``parent``; return False if it was gone already or
+    ``needed()`` says it is needed now.
+
+    One transaction takes ``parent``'s lock (at most LOCK_TIMEOUT of waiting, tried again
+    from the start), so that nothing is written to it meanwhile, asks ``needed()`` again,
+    runs ``before(cursor)`` (what refers to its rows) and drops the table."""
+
+    def steps(cursor) -> bool:
+        cursor.execute("SELECT to_regclass(%s)", [partition])
+        if cursor.fetchone()[0] is None:
+            return False
+        # The partitioned table first, as every statement on it locks it before a partition.
+        cursor.execute("LOCK TABLE ONLY %s IN ACCESS EXCLUSIVE MODE" % parent)
+        if needed():
+            return False
+        if before is not None:
+            before(cursor)
+        cursor.execute("DROP TABLE %s" % partition)
+        return True
+
+    dropped = locked_steps(steps)
+    if dropped:
+        logger.info("partition dropped name=%s", partition)
+    return dropped
+
+
 def attach_id_range(parent: str, partition: IdRange) -> str:
     """Return the statement that attaches ``partition`` to ``parent`` for its ids."""
     return "ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM (%d) TO (%d)" % (
@@ -346,6 +415,20 @@ def copied_indexes(source: str, *, prefixes: tuple[str, ...], skip=frozenset()) 
             )
         indexes.append(statement)
     return indexes
+
+
+def partition_like(
+    table: str, before: str, check: str, copied: list[str], options: str = ""
+) -> list[str]:
+    """Return the statements that make ``table``, an empty partition: ``before``'s columns
+    and CHECK constraints but its bound ``check``, stored WITH ``options`` (if any), and
+    ``copied`` (from copied_indexes() or foreign_keys())."""
+    return [
+        "CREATE TABLE %s (LIKE %s INCLUDING CONSTRAINTS)%s"
+        % (table, before, " WITH (%s)" % options if options else ""),
+        "ALTER TABLE %s DROP CONSTRAINT %s" % (table, check),
+        *on_table(copied, table),
+    ]
 
 
 def on_table(statements: list[str], table: str) -> list[str]:
