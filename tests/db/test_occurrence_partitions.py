@@ -13,7 +13,13 @@ import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, ProgrammingError, connection, transaction
 
-from scheduler_app import clock, occurrence_partitions, partitions
+from scheduler_app import (
+    attempt_partitions,
+    clock,
+    occurrence_partitions,
+    partitions,
+    recipient_partitions,
+)
 from scheduler_app.db.postgresql.partitioning import id_sequence
 from scheduler_app.models import AlertMemory, Job, Schedule, ScheduleOccurrence
 from scheduler_app.models.jobs import OCCURRENCE_KEY_PREFIX
@@ -23,6 +29,8 @@ from tests.helpers import migrate_database, scratch_database
 pytestmark = pytest.mark.postgres_only
 
 DAY = dt.timedelta(days=1)
+#: The tables scheduler_partition converts besides the occurrence table.
+OTHERS = (partitions, recipient_partitions, attempt_partitions)
 Outcome = ScheduleOccurrence.Outcome
 
 
@@ -55,6 +63,15 @@ def partitioned(transactional_db):
         yield
     finally:
         occurrence_partitions.revert()
+
+
+@pytest.fixture
+def others_as_found(transactional_db):
+    """The other tables scheduler_partition converts, afterwards as they were found."""
+    found = [module for module in OTHERS if not module.is_partitioned()]
+    yield
+    for module in found:
+        module.revert()
 
 
 @pytest.fixture
@@ -180,7 +197,9 @@ def test_migrate_partitions_the_occurrence_table_of_a_new_install(monkeypatch):
         assert state(url) == (False, ["skipped_overlap"])
 
 
-def test_converting_keeps_every_occurrence_and_later_ones_go_to_partitions(plain, settings):
+def test_converting_keeps_every_occurrence_and_later_ones_go_to_partitions(
+    plain, others_as_found, settings
+):
     nightly = schedule()
     now = clock.now()
     before = occurred(nightly, now - DAY, job_status=Job.Status.SUCCEEDED)
