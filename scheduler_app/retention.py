@@ -410,7 +410,7 @@ class History:
 class PartitionedKind:
     """A kind whose table may be partitioned so that its rows go a partition at a time
     (recipients: scheduler_app.recipient_partitions; occurrences:
-    scheduler_app.occurrence_partitions)."""
+    scheduler_app.occurrence_partitions; attempts: scheduler_app.attempt_partitions)."""
 
     #: The kind whose cutoff applies, and the count of the rows its dropped partitions held.
     kind: str
@@ -495,8 +495,9 @@ def qualifying(
     ``history`` (the job table is partitioned), the jobs of the expired partitions as
     PARTITIONED_JOBS, from the statistics (partitioning.estimated_rows), and the ended
     jobs of the hot partition that would move into history as MOVED_JOBS; for each of
-    ``whole`` (a partitioned table of recipients or occurrences), the rows of its expired
-    partitions as its count (PARTITIONED_RECIPIENTS, PARTITIONED_OCCURRENCES)."""
+    ``whole`` (a partitioned table of recipients, occurrences or attempts), the rows of its
+    expired partitions as its count (PARTITIONED_RECIPIENTS, PARTITIONED_OCCURRENCES,
+    PARTITIONED_ATTEMPTS)."""
     counts = {}
     for kind in KINDS:
         if kind.name not in cutoffs:
